@@ -1,0 +1,97 @@
+"""Engram's one Settings object: typed, environment-driven, no I/O at import."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FLOWER_PASSWORD = "engram-dev"  # noqa: S105 - refused by `check_production`
+
+
+class Settings(BaseSettings):
+    """Every knob Engram reads; names map to `ENGRAM_*` env vars unless aliased."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore", populate_by_name=True)
+
+    environment: str = Field(default="development", description="`production` enables checks")
+
+    # Connections. With no DATABASE_URL an embedded Postgres is started under data_dir.
+    database_url: str | None = Field(default=None, alias="DATABASE_URL")
+    app_database_url: str | None = Field(
+        default=None,
+        alias="APP_DATABASE_URL",
+        description="login role the application uses; must not own tables nor bypass RLS",
+    )
+    app_role: str = Field(default="engram_app", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    app_role_password: SecretStr = SecretStr("engram-app")
+    database_name: str = "engram"
+    redis_url: str | None = Field(default=None, alias="REDIS_URL")
+    data_dir: Path = PROJECT_ROOT / ".engram"
+
+    # Redis key namespace: everything Engram writes to Redis starts with this.
+    redis_prefix: str = "engram"
+
+    # L0 streams.
+    stream_partitions: int = Field(default=8, ge=1, le=1024)
+    stream_max_len: int = Field(default=1_000_000, ge=1000, description="hard cap per partition")
+    consumer_group: str = "ingest"
+    consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
+    consumer_block_ms: int = Field(default=1000, ge=1)
+    consumer_threads: int = Field(default=1, ge=0, le=32)
+    claim_min_idle_ms: int = Field(default=60_000, ge=10)
+    max_deliveries: int = Field(default=5, ge=1)
+    trim_interval_s: float = Field(default=30.0, gt=0)
+
+    # Event limits (bytes of UTF-8).
+    max_content_bytes: int = Field(default=64_000, ge=1)
+    max_metadata_bytes: int = Field(default=16_000, ge=2)
+
+    # L1 working memory.
+    working_turns: int = Field(default=20, ge=1)
+    working_idle_ttl_s: int = Field(default=3600, ge=10)
+    working_flush_margin_s: int = Field(default=600, ge=1)
+    working_summary_tokens: int = Field(default=400, ge=16)
+
+    # L2 episodic.
+    session_idle_timeout_s: int = Field(default=1800, ge=1)
+
+    # L3 semantic.
+    embedding_dim: int = Field(default=384, ge=1, le=16_000)
+
+    # Celery.
+    task_time_limit_s: int = Field(default=600, ge=1)
+    task_max_deliveries: int = Field(default=3, ge=1)
+    flower_address: str = "127.0.0.1"
+    flower_port: int = 5555
+    flower_user: str = "engram"
+    flower_password: SecretStr = SecretStr(DEFAULT_FLOWER_PASSWORD)
+
+    @model_validator(mode="after")
+    def check_production(self) -> Settings:
+        """Refuse development defaults where they would be a hole in production."""
+        if self.environment == "production":
+            if self.flower_password.get_secret_value() == DEFAULT_FLOWER_PASSWORD:
+                raise ValueError("ENGRAM_FLOWER_PASSWORD must be set in production")
+            if not self.database_url or not self.app_database_url or not self.redis_url:
+                raise ValueError(
+                    "production needs DATABASE_URL, APP_DATABASE_URL and REDIS_URL explicitly"
+                )
+        if self.working_flush_margin_s >= self.working_idle_ttl_s:
+            raise ValueError(
+                "ENGRAM_WORKING_FLUSH_MARGIN_S must be below ENGRAM_WORKING_IDLE_TTL_S"
+            )
+        return self
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Broker redelivery delay: longer than the longest task and any countdown we use."""
+        return self.task_time_limit_s * 2 + 3600
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,47 @@
+"""Declarative base shared by every layer's models, with stable constraint names."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import DateTime, MetaData, String, Text, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# One Postgres schema per durable layer; `working` holds what L1 flushes.
+LAYER_SCHEMAS = ("working", "episodic", "semantic", "conceptual", "meta")
+
+# The per-transaction setting row-level security keys on (set with set_config(..., true)).
+TENANT_SETTING = "engram.tenant_id"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def uuid_pk() -> Mapped[uuid.UUID]:
+    return mapped_column(primary_key=True, default=uuid.uuid4)
+
+
+def tenant_column() -> Mapped[str]:
+    return mapped_column(String(128), nullable=False)
+
+
+def user_column() -> Mapped[str]:
+    return mapped_column(String(128), nullable=False)
+
+
+def created_at_column() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+def text_column(nullable: bool = False) -> Mapped[str]:
+    return mapped_column(Text, nullable=nullable)

@@ -1,0 +1,24 @@
+"""Every layer's models, imported together so Alembic sees one complete metadata."""
+
+from app.db.base import Base
+from app.layers.conceptual.models import Association, Entity, Mention, Relation
+from app.layers.episodic.models import RawEvent, Session, Turn
+from app.layers.meta.models import AccessPattern, Procedure
+from app.layers.semantic.models import Memory
+from app.layers.working.models import WorkingSummary
+
+TENANT_TABLES = (
+    WorkingSummary,
+    Session,
+    Turn,
+    RawEvent,
+    Memory,
+    Entity,
+    Relation,
+    Mention,
+    Association,
+    AccessPattern,
+    Procedure,
+)
+
+__all__ = ["TENANT_TABLES", "Base"]

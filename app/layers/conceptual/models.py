@@ -1,0 +1,129 @@
+"""L4 conceptual: entities, typed relations, mentions, and Hebbian memory associations."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+
+
+class Entity(Base):
+    __tablename__ = "entities"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", "canonical_name"),
+        Index(
+            "ix_entities_name_trgm",
+            "name",
+            postgresql_using="gin",
+            postgresql_ops={"name": "gin_trgm_ops"},
+        ),
+        {"schema": "conceptual"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    canonical_name: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(String(64), nullable=False, server_default="thing")
+    mention_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    first_seen_at: Mapped[datetime] = created_at_column()
+    last_seen_at: Mapped[datetime] = created_at_column()
+
+
+class Relation(Base):
+    __tablename__ = "relations"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "source_entity_id", "target_entity_id", "relation_type"),
+        Index("ix_relations_target_entity_id", "target_entity_id"),
+        {"schema": "conceptual"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    source_entity_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
+    )
+    target_entity_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
+    )
+    relation_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
+    mention_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    memory_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="SET NULL")
+    )
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("episodic.turns.id", ondelete="SET NULL")
+    )
+    valid_from: Mapped[datetime] = created_at_column()
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Mention(Base):
+    __tablename__ = "mentions"
+    __table_args__ = (
+        Index("ix_mentions_entity_id", "entity_id"),
+        Index("ix_mentions_memory_id", "memory_id"),
+        Index("ix_mentions_turn_id", "turn_id"),
+        {"schema": "conceptual"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    entity_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
+    )
+    memory_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="CASCADE")
+    )
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("episodic.turns.id", ondelete="CASCADE")
+    )
+    surface: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Association(Base):
+    """Memory↔memory edge with a Hebbian weight; stored once per pair (memory_a < memory_b)."""
+
+    __tablename__ = "associations"
+    __table_args__ = (
+        PrimaryKeyConstraint("memory_a", "memory_b"),
+        CheckConstraint("memory_a < memory_b", name="ordered_pair"),
+        CheckConstraint("weight >= 0 AND weight <= 1", name="weight_unit"),
+        Index("ix_associations_memory_b", "memory_b"),
+        Index("ix_associations_tenant_user", "tenant_id", "user_id"),
+        {"schema": "conceptual"},
+    )
+
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    memory_a: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="CASCADE")
+    )
+    memory_b: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="CASCADE")
+    )
+    weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    co_activations: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    last_activated_at: Mapped[datetime] = created_at_column()
+    created_at: Mapped[datetime] = created_at_column()

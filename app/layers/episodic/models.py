@@ -1,0 +1,117 @@
+"""L2 episodic: sessions and every message and event, immutable and complete."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+
+
+class Session(Base):
+    """A run of one user's turns (across channels) with no gap longer than the idle timeout."""
+
+    __tablename__ = "sessions"
+    __table_args__ = (
+        Index("ix_sessions_tenant_user_last_turn", "tenant_id", "user_id", "last_turn_at"),
+        Index("ix_sessions_topics", "topics", postgresql_using="gin"),
+        {"schema": "episodic"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    last_turn_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    turn_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    channels: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'")
+    )
+    summary: Mapped[str | None] = mapped_column(Text)
+    topics: Mapped[list[Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Turn(Base):
+    """One message as the producer sent it; `id` is the event id, so re-delivery is a no-op."""
+
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", "external_id"),
+        Index("ix_turns_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
+        Index("ix_turns_session_occurred", "session_id", "occurred_at"),
+        Index(
+            "ix_turns_content_trgm",
+            "content",
+            postgresql_using="gin",
+            postgresql_ops={"content": "gin_trgm_ops"},
+        ),
+        Index("ix_turns_topics", "topics", postgresql_using="gin"),
+        {"schema": "episodic"},
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    session_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("episodic.sessions.id", ondelete="CASCADE"), nullable=False
+    )
+    external_id: Mapped[str] = mapped_column(String(256), nullable=False)
+    role: Mapped[str] = mapped_column(String(32), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    channel: Mapped[str] = mapped_column(String(128), nullable=False)
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    received_at: Mapped[datetime] = created_at_column()
+    token_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    meta: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    topics: Mapped[list[Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
+    flags: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'")
+    )
+    stream_entry_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class RawEvent(Base):
+    """Every non-turn event (typing, channel switch, sensor, presence, tool run, unknown)."""
+
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
+        Index("ix_events_type_occurred", "type", "occurred_at"),
+        {"schema": "episodic"},
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    type: Mapped[str] = mapped_column(String(64), nullable=False)
+    known_type: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    channel: Mapped[str | None] = mapped_column(String(128))
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    received_at: Mapped[datetime] = created_at_column()
+    payload: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    stream_entry_id: Mapped[str | None] = mapped_column(String(64))

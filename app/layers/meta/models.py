@@ -1,0 +1,88 @@
+"""L5 meta: access patterns and procedural memory; hot memories is a materialized view."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.config import get_settings
+from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+
+
+class AccessPattern(Base):
+    __tablename__ = "access_patterns"
+    __table_args__ = (
+        Index(
+            "ix_access_patterns_tenant_user_channel_created",
+            "tenant_id",
+            "user_id",
+            "channel",
+            "created_at",
+        ),
+        Index("ix_access_patterns_created_at", "created_at"),
+        {"schema": "meta"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    channel: Mapped[str | None] = mapped_column(String(128))
+    query: Mapped[str] = mapped_column(Text, nullable=False)
+    query_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    hit_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(Uuid), nullable=False, server_default=text("'{}'")
+    )
+    scores: Mapped[list[float]] = mapped_column(
+        ARRAY(Float), nullable=False, server_default=text("'{}'")
+    )
+    hour_of_day: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    created_at: Mapped[datetime] = created_at_column()
+
+
+class Procedure(Base):
+    """A query pattern → tool sequence, with outcome statistics and derived confidence."""
+
+    __tablename__ = "procedures"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", "pattern_hash", "sequence_hash"),
+        Index(
+            "ix_procedures_query_embedding_hnsw",
+            "query_embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"query_embedding": "vector_cosine_ops"},
+        ),
+        {"schema": "meta"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    query_pattern: Mapped[str] = mapped_column(Text, nullable=False)
+    pattern_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    query_embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    tool_sequence: Mapped[list[Any]] = mapped_column(JSONB, nullable=False)
+    sequence_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    executions: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    avg_success: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    avg_duration_ms: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    confidence: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    last_executed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = created_at_column()

@@ -1,0 +1,95 @@
+"""L3 semantic: gems and consolidated memories, embedded for vector search."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.config import get_settings
+from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+
+MEMORY_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event", "consolidated")
+
+
+class Memory(Base):
+    __tablename__ = "memories"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", "content_hash"),
+        CheckConstraint(
+            "kind IN (" + ", ".join(f"'{k}'" for k in MEMORY_KINDS) + ")", name="kind_known"
+        ),
+        CheckConstraint("importance >= 0 AND importance <= 1", name="importance_unit"),
+        Index("ix_memories_tenant_user_importance", "tenant_id", "user_id", "importance"),
+        Index("ix_memories_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
+        Index(
+            "ix_memories_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+        Index(
+            "ix_memories_content_trgm",
+            "content",
+            postgresql_using="gin",
+            postgresql_ops={"content": "gin_trgm_ops"},
+        ),
+        Index("ix_memories_topics", "topics", postgresql_using="gin"),
+        Index("ix_memories_tags", "tags", postgresql_using="gin"),
+        {"schema": "semantic"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    summary: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    topics: Mapped[list[Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
+    tags: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'")
+    )
+    importance: Mapped[float] = mapped_column(Float, nullable=False, server_default="0.5")
+    emotional_intensity: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    salience: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    consolidation_strength: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    replay_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    access_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    last_accessed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    valid_from: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="SET NULL")
+    )
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    session_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("episodic.sessions.id", ondelete="SET NULL")
+    )
+    source_turn_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(Uuid), nullable=False, server_default=text("'{}'")
+    )
+    content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = created_at_column()
