@@ -221,6 +221,19 @@ def upgrade() -> None:
         postgresql_using="gin",
     )
     op.create_table(
+        "tenants",
+        sa.Column("tenant_id", sa.String(length=128), nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("tenant_id", name=op.f("pk_tenants")),
+        schema="meta",
+    )
+    op.execute(f'GRANT SELECT, INSERT ON meta.tenants TO "{APP_ROLE}"')
+    op.create_table(
         "access_patterns",
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("tenant_id", sa.String(length=128), nullable=False),
@@ -324,6 +337,7 @@ def upgrade() -> None:
         sa.Column("session_id", sa.Uuid(), nullable=False),
         sa.Column("external_id", sa.String(length=256), nullable=False),
         sa.Column("role", sa.String(length=32), nullable=False),
+        sa.Column("speaker", sa.String(length=128), nullable=True),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("channel", sa.String(length=128), nullable=False),
         sa.Column("occurred_at", sa.DateTime(timezone=True), nullable=False),
@@ -760,6 +774,7 @@ def downgrade() -> None:
     )
     op.drop_index("ix_access_patterns_created_at", table_name="access_patterns", schema="meta")
     op.drop_table("access_patterns", schema="meta")
+    op.drop_table("tenants", schema="meta")
     op.drop_index(
         "ix_sessions_topics", table_name="sessions", schema="episodic", postgresql_using="gin"
     )

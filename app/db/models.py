@@ -3,7 +3,7 @@
 from app.db.base import Base
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
 from app.layers.episodic.models import RawEvent, Session, Turn
-from app.layers.meta.models import AccessPattern, Procedure
+from app.layers.meta.models import AccessPattern, Procedure, Tenant
 from app.layers.semantic.models import Memory
 from app.layers.working.models import WorkingSummary
 
@@ -21,4 +21,4 @@ TENANT_TABLES = (
     Procedure,
 )
 
-__all__ = ["TENANT_TABLES", "Base"]
+__all__ = ["TENANT_TABLES", "Base", "Tenant"]

@@ -26,6 +26,19 @@ from app.config import get_settings
 from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
 
 
+class Tenant(Base):
+    """Registry of tenants seen, so maintenance can walk tenants one RLS scope at a time.
+
+    Holds ids only and carries no row-level security: it is read before any tenant is known.
+    """
+
+    __tablename__ = "tenants"
+    __table_args__ = ({"schema": "meta"},)
+
+    tenant_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[datetime] = created_at_column()
+
+
 class AccessPattern(Base):
     __tablename__ = "access_patterns"
     __table_args__ = (

@@ -1,0 +1,68 @@
+"""Every Redis key Engram uses, built in one place.
+
+Stream partitions and per-user keys carry a hash tag (`{...}`) so that on Redis Cluster each
+partition is its own slot and a user's working-memory keys share one slot (its Lua runs there).
+Keys that are not streams expire (idle TTL) unless the comment says why they must live on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from app.config import Settings
+
+
+def partition_of(tenant_id: str, user_id: str, partitions: int) -> int:
+    """Stable across processes and restarts (unlike `hash()`), so a user stays on one stream."""
+    digest = hashlib.blake2b(f"{tenant_id}\x1f{user_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+class RedisKeys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RedisKeys:
+        return cls(settings.redis_prefix)
+
+    # L0 streams (trimmed by MINID, never by blind MAXLEN; see app/streams/trim.py).
+    def partition(self, index: int) -> str:
+        return f"{self.prefix}:events:{{p{index}}}"
+
+    def partitions(self, count: int) -> list[str]:
+        return [self.partition(i) for i in range(count)]
+
+    def dead_letters(self) -> str:
+        """Kept until an operator drains it: a dead letter must never vanish silently."""
+        return f"{self.prefix}:events:dead"
+
+    def failures(self) -> str:
+        """Per-entry failure counts of the ingest group; expires a week after the last failure."""
+        return f"{self.prefix}:events:failures"
+
+    def lost_entries(self) -> str:
+        """Counter of entries found deleted while still pending (must stay 0); lives forever."""
+        return f"{self.prefix}:events:lost"
+
+    # L1 working memory, per tenant and user.
+    def _user(self, tenant_id: str, user_id: str) -> str:
+        return f"{self.prefix}:wm:{{{tenant_id}:{user_id}}}"
+
+    def working_turns(self, tenant_id: str, user_id: str) -> str:
+        return f"{self._user(tenant_id, user_id)}:turns"
+
+    def working_state(self, tenant_id: str, user_id: str) -> str:
+        return f"{self._user(tenant_id, user_id)}:state"
+
+    def working_evicted(self, tenant_id: str, user_id: str) -> str:
+        return f"{self._user(tenant_id, user_id)}:evicted"
+
+    def working_active(self) -> str:
+        """Index of users with live working memory, scored by last activity; entries are
+        removed when their summary is flushed, so it stays as small as the active set."""
+        return f"{self.prefix}:wm:active"
+
+    # Celery delivery counting (see workers/base.py).
+    def task_deliveries(self, task_id: str) -> str:
+        return f"{self.prefix}:task:deliveries:{task_id}"

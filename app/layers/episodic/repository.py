@@ -1,0 +1,201 @@
+"""SQL for the episodic tables. Set-based, one statement per kind of row; never commits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, func, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.orm import Session as DbSession
+from sqlalchemy.types import BigInteger
+
+from app.layers.episodic.models import Session
+from app.layers.episodic.sessions import SessionSpan
+
+
+def lock_users(*, session: DbSession, keys: Sequence[int]) -> None:
+    """Serialise concurrent batches of the same users (transaction-scoped advisory locks).
+
+    Keys are taken in ascending order, so two batches sharing users cannot deadlock.
+    """
+    if not keys:
+        return
+    session.execute(
+        text(
+            "SELECT pg_advisory_xact_lock(k) FROM "
+            "(SELECT k FROM unnest(:keys) AS k ORDER BY k OFFSET 0) AS ordered"
+        ).bindparams(bindparam("keys", type_=ARRAY(BigInteger))),
+        {"keys": sorted(set(keys))},
+    )
+
+
+def sessions_around(
+    *, session: DbSession, tenant_id: str, user_ids: Sequence[str], lo: datetime, hi: datetime
+) -> list[SessionSpan]:
+    """Sessions of these users that could take a turn between lo and hi (bounds widened)."""
+    rows = session.execute(
+        select(
+            Session.id, Session.user_id, Session.started_at, Session.last_turn_at, Session.channels
+        ).where(
+            Session.tenant_id == tenant_id,
+            Session.user_id.in_(list(user_ids)),
+            Session.last_turn_at >= lo,
+            Session.started_at <= hi,
+        )
+    ).all()
+    return [
+        SessionSpan(
+            id=r.id,
+            user_id=r.user_id,
+            started_at=r.started_at,
+            last_turn_at=r.last_turn_at,
+            channels=set(r.channels),
+        )
+        for r in rows
+    ]
+
+
+def upsert_sessions(*, session: DbSession, tenant_id: str, spans: Sequence[SessionSpan]) -> None:
+    """Create new sessions and widen existing ones; replaying the same spans changes nothing."""
+    if not spans:
+        return
+    stmt = insert(Session).values(
+        [
+            {
+                "id": s.id,
+                "tenant_id": tenant_id,
+                "user_id": s.user_id,
+                "started_at": s.started_at,
+                "last_turn_at": s.last_turn_at,
+                "channels": sorted(s.channels),
+            }
+            for s in spans
+        ]
+    )
+    table = Session.__table__
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[table.c.id],
+        set_={
+            "started_at": func.least(table.c.started_at, stmt.excluded.started_at),
+            "last_turn_at": func.greatest(table.c.last_turn_at, stmt.excluded.last_turn_at),
+            "channels": text(
+                "ARRAY(SELECT DISTINCT c FROM unnest(episodic.sessions.channels "
+                "|| excluded.channels) AS c ORDER BY c)"
+            ),
+            "closed_at": text(
+                "CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at "
+                "THEN NULL ELSE episodic.sessions.closed_at END"
+            ),
+        },
+    )
+    session.execute(stmt)
+
+
+_TURN_COLUMNS = (
+    ("id", "uuid"),
+    ("tenant_id", "text"),
+    ("user_id", "text"),
+    ("session_id", "uuid"),
+    ("external_id", "text"),
+    ("role", "text"),
+    ("speaker", "text"),
+    ("content", "text"),
+    ("channel", "text"),
+    ("occurred_at", "timestamptz"),
+    ("token_count", "int"),
+    ("metadata", "jsonb"),
+    ("stream_entry_id", "text"),
+)
+# Built from the constant column list above, never from input.
+_INSERT_TURNS = text(
+    "INSERT INTO episodic.turns ("  # noqa: S608
+    + ", ".join(name for name, _ in _TURN_COLUMNS)
+    + ", flags) SELECT "
+    + ", ".join(f"r.{name}" for name, _ in _TURN_COLUMNS)
+    + ", CASE WHEN r.flags = '' THEN '{}'::text[] ELSE string_to_array(r.flags, ',') END"
+    + " FROM unnest("
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _TURN_COLUMNS)
+    + ", CAST(:flags AS text[])) AS r("
+    + ", ".join(name for name, _ in _TURN_COLUMNS)
+    + ", flags) ON CONFLICT DO NOTHING RETURNING id, session_id"
+)
+
+
+def insert_turns(
+    *, session: DbSession, rows: Sequence[dict[str, Any]]
+) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    """Insert turns not stored yet; returns (turn id, session id) of the rows actually added.
+
+    Rows travel as one array per column through `unnest`: one small statement whatever the
+    batch size, instead of a VALUES list with a bind parameter per cell.
+    """
+    if not rows:
+        return []
+    params: dict[str, list[Any]] = {
+        name: [row[name] for row in rows] for name, kind in _TURN_COLUMNS if kind != "jsonb"
+    }
+    params["metadata"] = [json.dumps(row["metadata"]) for row in rows]
+    params["flags"] = [",".join(row["flags"]) for row in rows]
+    return [(r[0], r[1]) for r in session.execute(_INSERT_TURNS, params)]
+
+
+def add_turn_counts(*, session: DbSession, counts: dict[uuid.UUID, int]) -> None:
+    if not counts:
+        return
+    ids, numbers = zip(*counts.items(), strict=True)
+    values = select(
+        func.unnest(bindparam("ids", list(ids), type_=ARRAY(Session.id.type))).label("id"),
+        func.unnest(bindparam("ns", list(numbers), type_=ARRAY(BigInteger))).label("n"),
+    ).subquery()
+    session.execute(
+        update(Session)
+        .where(Session.id == values.c.id)
+        .values(turn_count=Session.turn_count + values.c.n)
+    )
+
+
+_EVENT_COLUMNS = (
+    ("id", "uuid"),
+    ("tenant_id", "text"),
+    ("user_id", "text"),
+    ("type", "text"),
+    ("known_type", "boolean"),
+    ("channel", "text"),
+    ("occurred_at", "timestamptz"),
+    ("payload", "jsonb"),
+    ("stream_entry_id", "text"),
+)
+_INSERT_EVENTS = text(
+    "INSERT INTO episodic.events ("  # noqa: S608
+    + ", ".join(name for name, _ in _EVENT_COLUMNS)
+    + ") SELECT * FROM unnest("
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _EVENT_COLUMNS)
+    + ") ON CONFLICT DO NOTHING RETURNING id"
+)
+
+
+def insert_events(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert raw events not stored yet; returns how many were added."""
+    if not rows:
+        return 0
+    params = {name: [row[name] for row in rows] for name, _ in _EVENT_COLUMNS}
+    params["payload"] = [json.dumps(p) for p in params["payload"]]
+    return len(session.execute(_INSERT_EVENTS, params).all())
+
+
+def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime) -> int:
+    """Mark sessions whose last turn is older than `before` as closed."""
+    result = session.execute(
+        update(Session)
+        .where(
+            Session.tenant_id == tenant_id,
+            Session.closed_at.is_(None),
+            Session.last_turn_at < before,
+        )
+        .values(closed_at=func.now())
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -1,0 +1,72 @@
+"""Which session a turn belongs to: pure logic, so it can be tested without a database.
+
+A session is a run of one user's turns (across channels) with no gap longer than the idle
+timeout. Turns carry their producer's timestamp, so backfilled history lands in the session of
+its own time, not in today's. A new session's id derives from its first turn's id, so a
+replayed batch recreates the same session rather than a twin.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+SESSION_NAMESPACE = uuid.UUID("0b8f3c1e-5d2a-4e7b-9c6f-1a2b3c4d5e6f")
+
+
+@dataclass
+class SessionSpan:
+    id: uuid.UUID
+    user_id: str
+    started_at: datetime
+    last_turn_at: datetime
+    channels: set[str] = field(default_factory=set)
+    is_new: bool = False
+    touched: bool = False
+
+    def covers(self, at: datetime, idle: timedelta) -> bool:
+        return self.started_at - idle <= at <= self.last_turn_at + idle
+
+    def extend(self, at: datetime, channel: str) -> None:
+        self.started_at = min(self.started_at, at)
+        self.last_turn_at = max(self.last_turn_at, at)
+        self.channels.add(channel)
+        self.touched = True
+
+
+@dataclass(frozen=True)
+class TurnRef:
+    id: uuid.UUID
+    user_id: str
+    occurred_at: datetime
+    channel: str
+
+
+def assign_sessions(
+    turns: Iterable[TurnRef], existing: Iterable[SessionSpan], idle: timedelta
+) -> tuple[dict[uuid.UUID, uuid.UUID], list[SessionSpan]]:
+    """Map each turn id to a session id; returns the mapping and every session touched."""
+    by_user: dict[str, list[SessionSpan]] = {}
+    for span in existing:
+        by_user.setdefault(span.user_id, []).append(span)
+    mapping: dict[uuid.UUID, uuid.UUID] = {}
+    for turn in sorted(turns, key=lambda t: (t.user_id, t.occurred_at, str(t.id))):
+        spans = by_user.setdefault(turn.user_id, [])
+        candidates = [s for s in spans if s.covers(turn.occurred_at, idle)]
+        if candidates:
+            span = max(candidates, key=lambda s: s.last_turn_at)
+        else:
+            span = SessionSpan(
+                id=uuid.uuid5(SESSION_NAMESPACE, str(turn.id)),
+                user_id=turn.user_id,
+                started_at=turn.occurred_at,
+                last_turn_at=turn.occurred_at,
+                is_new=True,
+            )
+            spans.append(span)
+        span.extend(turn.occurred_at, turn.channel)
+        mapping[turn.id] = span.id
+    touched = [s for spans in by_user.values() for s in spans if s.touched]
+    return mapping, touched

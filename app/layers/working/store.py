@@ -1,0 +1,233 @@
+"""L1 working memory in Redis: each user's last N turns across channels, with token counts.
+
+Per user: a sorted set of turns scored by their timestamp (members are canonical JSON, so
+re-adding the same turn is a no-op), a state hash (token count, summary, eviction watermark) and
+a list of evicted turns waiting to be folded into the summary. Every key has the idle TTL,
+renewed on each update. The Lua script makes a replayed batch harmless: a turn already in the
+window is not added twice, and a turn at or below the eviction watermark was already summarised.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+
+from app.config import Settings
+from app.keys import RedisKeys
+from app.layers.working.summary import fold_summary
+from app.text.tokens import count_tokens
+
+_PUSH = """
+local window = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local now = ARGV[3]
+local watermark = tonumber(redis.call('HGET', KEYS[2], 'evicted_score') or '-1')
+local added = 0
+for i = 4, #ARGV, 2 do
+    local score = tonumber(ARGV[i])
+    if score > watermark then
+        added = added + redis.call('ZADD', KEYS[1], 'NX', score, ARGV[i + 1])
+    end
+end
+local size = redis.call('ZCARD', KEYS[1])
+local evicted = 0
+if size > window then
+    local old = redis.call('ZRANGE', KEYS[1], 0, size - window - 1, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, size - window - 1)
+    for i = 1, #old, 2 do
+        redis.call('RPUSH', KEYS[3], old[i])
+    end
+    redis.call('HSET', KEYS[2], 'evicted_score', old[#old])
+    evicted = #old / 2
+end
+local tokens = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    tokens = tokens + cjson.decode(member)['tokens']
+end
+redis.call('HSET', KEYS[2], 'token_count', tokens, 'turn_count', math.min(size, window),
+           'updated_at', now)
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
+return {added, evicted, redis.call('LLEN', KEYS[3])}
+"""
+
+
+@dataclass(frozen=True)
+class WorkingTurn:
+    id: str
+    role: str
+    speaker: str
+    channel: str
+    content: str
+    tokens: int
+    at: datetime
+
+    def member(self) -> str:
+        return json.dumps(
+            {
+                "id": self.id,
+                "role": self.role,
+                "speaker": self.speaker,
+                "channel": self.channel,
+                "content": self.content,
+                "tokens": self.tokens,
+                "at": self.at.isoformat(),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_member(cls, raw: bytes | str) -> WorkingTurn:
+        data = json.loads(raw)
+        return cls(
+            id=data["id"],
+            role=data["role"],
+            speaker=data["speaker"],
+            channel=data["channel"],
+            content=data["content"],
+            tokens=int(data["tokens"]),
+            at=datetime.fromisoformat(data["at"]),
+        )
+
+
+@dataclass(frozen=True)
+class WorkingMemory:
+    tenant_id: str
+    user_id: str
+    turns: list[WorkingTurn]
+    token_count: int
+    summary: str
+    summary_tokens: int
+    turns_summarised: int
+
+
+# Evicted turns are folded into the summary in groups (one WATCH round trip per group), and
+# always before the memory is read or flushed.
+FOLD_AFTER = 10
+
+
+def _score(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+class WorkingMemoryStore:
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = RedisKeys.from_settings(settings)
+        self._push = client.register_script(_PUSH)
+
+    def _user_keys(self, tenant_id: str, user_id: str) -> list[str]:
+        return [
+            self.keys.working_turns(tenant_id, user_id),
+            self.keys.working_state(tenant_id, user_id),
+            self.keys.working_evicted(tenant_id, user_id),
+        ]
+
+    def push(
+        self, batches: dict[tuple[str, str], Sequence[WorkingTurn]]
+    ) -> dict[tuple[str, str], int]:
+        """Add turns for many users in one round trip; returns turns evicted per user."""
+        if not batches:
+            return {}
+        now = datetime.now(UTC).isoformat()
+        pipe = self.client.pipeline(transaction=False)
+        users = list(batches)
+        for tenant_id, user_id in users:
+            args: list[object] = [
+                self.settings.working_turns,
+                self.settings.working_idle_ttl_s,
+                now,
+            ]
+            for turn in batches[(tenant_id, user_id)]:
+                args.extend((_score(turn.at), turn.member()))
+            self._push(keys=self._user_keys(tenant_id, user_id), args=args, client=pipe)
+        active = self.keys.working_active()
+        pipe.zadd(active, {f"{t}\x1f{u}": time.time() for t, u in users})
+        replies = pipe.execute()
+        evicted = {user: int(reply[1]) for user, reply in zip(users, replies, strict=False)}
+        waiting = {user: int(reply[2]) for user, reply in zip(users, replies, strict=False)}
+        for user, count in waiting.items():
+            if count >= FOLD_AFTER:
+                self.fold_evicted(*user)
+        return evicted
+
+    def fold_evicted(self, tenant_id: str, user_id: str) -> None:
+        """Fold evicted turns into the rolling summary; WATCH makes concurrent folds safe."""
+        _, state_key, evicted_key = self._user_keys(tenant_id, user_id)
+        with self.client.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(evicted_key, state_key)
+                    raw = pipe.lrange(evicted_key, 0, -1)
+                    if not raw:
+                        pipe.unwatch()
+                        return
+                    state = pipe.hmget(state_key, "summary", "turns_summarised")
+                    summary = (state[0] or b"").decode()
+                    done = int(state[1] or 0)
+                    turns = [WorkingTurn.from_member(m) for m in raw]
+                    summary = fold_summary(
+                        summary,
+                        [(t.speaker, t.content) for t in turns],
+                        self.settings.working_summary_tokens,
+                    )
+                    pipe.multi()
+                    pipe.hset(
+                        state_key,
+                        mapping={
+                            "summary": summary,
+                            "summary_tokens": count_tokens(summary),
+                            "turns_summarised": done + len(turns),
+                        },
+                    )
+                    pipe.ltrim(evicted_key, len(raw), -1)
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
+    def read(self, tenant_id: str, user_id: str) -> WorkingMemory | None:
+        self.fold_evicted(tenant_id, user_id)
+        turns_key, state_key, _ = self._user_keys(tenant_id, user_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrange(turns_key, 0, -1)
+        pipe.hgetall(state_key)
+        members, state = pipe.execute()
+        if not members and not state:
+            return None
+        fields = {k.decode(): v.decode() for k, v in state.items()}
+        return WorkingMemory(
+            tenant_id=tenant_id,
+            user_id=user_id,
+            turns=[WorkingTurn.from_member(m) for m in members],
+            token_count=int(fields.get("token_count", 0)),
+            summary=fields.get("summary", ""),
+            summary_tokens=int(fields.get("summary_tokens", 0)),
+            turns_summarised=int(fields.get("turns_summarised", 0)),
+        )
+
+    def idle_users(self, older_than_s: float, limit: int = 1000) -> list[tuple[str, str]]:
+        """Users whose working memory has been idle longer than `older_than_s`."""
+        cutoff = time.time() - older_than_s
+        raw = self.client.zrangebyscore(self.keys.working_active(), 0, cutoff, start=0, num=limit)
+        return [tuple(m.decode().split("\x1f", 1)) for m in raw]  # type: ignore[misc]
+
+    def forget_active(self, users: Sequence[tuple[str, str]], older_than_s: float) -> None:
+        """Drop flushed users from the active index unless they became active again since."""
+        cutoff = time.time() - older_than_s
+        script = (
+            "local s = redis.call('ZSCORE', KEYS[1], ARGV[1]) "
+            "if s and tonumber(s) <= tonumber(ARGV[2]) then "
+            "redis.call('ZREM', KEYS[1], ARGV[1]) end"
+        )
+        pipe = self.client.pipeline(transaction=False)
+        for tenant_id, user_id in users:
+            pipe.eval(script, 1, self.keys.working_active(), f"{tenant_id}\x1f{user_id}", cutoff)
+        pipe.execute()

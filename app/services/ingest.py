@@ -1,0 +1,208 @@
+"""Ingest: a batch of stream entries → L2 (one transaction) → L1 → (the consumer acks).
+
+The order is what makes at-least-once delivery safe: rows are committed with idempotent inserts
+keyed on event ids, working memory is updated with an idempotent script, and only then does the
+consumer XACK. A crash anywhere before the ack replays the batch with no visible effect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import redis
+from sqlalchemy import Engine
+
+from app.config import Settings
+from app.db.session import app_engine, set_tenant, unit_of_work
+from app.layers.episodic import repository as episodic
+from app.layers.episodic.sessions import TurnRef, assign_sessions
+from app.layers.meta import repository as meta
+from app.layers.working.store import WorkingMemoryStore, WorkingTurn
+from app.streams.consumer import StreamEntry
+from app.streams.events import Event, EventValidationError, TurnEvent, parse_event_json
+from app.text.injection import instruction_flags
+from app.text.tokens import count_tokens
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestResult:
+    turns_seen: int = 0
+    turns_inserted: int = 0
+    events_seen: int = 0
+    events_inserted: int = 0
+    # (tenant, user) → ids of turns stored by this batch (not the replayed ones).
+    new_turns: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+def user_lock_key(tenant_id: str, user_id: str) -> int:
+    digest = hashlib.blake2b(f"{tenant_id}\x1f{user_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _decode_entries(entries: Sequence[StreamEntry]) -> list[tuple[StreamEntry, Event]]:
+    decoded = []
+    for entry in entries:
+        raw = entry.fields.get("event")
+        if raw is None:
+            raise EventValidationError(f"stream entry {entry.entry_id} has no 'event' field", [])
+        decoded.append((entry, parse_event_json(raw)))
+    return decoded
+
+
+def _turn_row(event: TurnEvent, session_id: Any, entry_id: str) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "tenant_id": event.tenant_id,
+        "user_id": event.user_id,
+        "session_id": session_id,
+        "external_id": event.external_id,
+        "role": event.role,
+        "speaker": event.speaker,
+        "content": event.content,
+        "channel": event.channel,
+        "occurred_at": event.timestamp,
+        "token_count": count_tokens(event.content),
+        "metadata": event.metadata,
+        "flags": instruction_flags(event.content),
+        "stream_entry_id": entry_id,
+    }
+
+
+def _event_row(event: Event, entry_id: str) -> dict[str, Any]:
+    payload = event.model_dump(
+        mode="json",
+        exclude={"type", "tenant_id", "user_id", "event_id", "timestamp", "channel"},
+    )
+    return {
+        "id": event.id,
+        "tenant_id": event.tenant_id,
+        "user_id": event.user_id,
+        "type": event.type,
+        "known_type": not hasattr(event, "payload"),
+        "channel": event.channel,
+        "occurred_at": event.timestamp,
+        "payload": payload,
+        "stream_entry_id": entry_id,
+    }
+
+
+class IngestService:
+    """The consumer's batch handler for the `ingest` group."""
+
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        settings: Settings,
+        engine: Engine | None = None,
+        on_committed: Callable[[IngestResult], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine or app_engine(settings)
+        self.working = WorkingMemoryStore(client, settings)
+        self.on_committed = on_committed
+        self._known_tenants: set[str] = set()
+
+    def __call__(self, entries: Sequence[StreamEntry]) -> None:
+        self.handle(entries)
+
+    def handle(self, entries: Sequence[StreamEntry]) -> IngestResult:
+        decoded = _decode_entries(entries)
+        result = self.persist(decoded)
+        self.update_working_memory(decoded)
+        if self.on_committed is not None:
+            self.on_committed(result)
+        return result
+
+    def persist(self, decoded: Sequence[tuple[StreamEntry, Event]]) -> IngestResult:
+        """Write the whole batch to L2 in one transaction, one RLS scope per tenant."""
+        by_tenant: dict[str, list[tuple[StreamEntry, Event]]] = defaultdict(list)
+        for entry, event in decoded:
+            by_tenant[event.tenant_id].append((entry, event))
+        result = IngestResult()
+        idle = timedelta(seconds=self.settings.session_idle_timeout_s)
+        with unit_of_work(engine=self.engine) as session:
+            episodic.lock_users(
+                session=session,
+                keys=[user_lock_key(e.tenant_id, e.user_id) for _, e in decoded],
+            )
+            fresh = set(by_tenant) - self._known_tenants
+            if fresh:
+                meta.register_tenants(session=session, tenant_ids=fresh)
+            for tenant_id, items in sorted(by_tenant.items()):
+                set_tenant(session, tenant_id)
+                turns = [(en, ev) for en, ev in items if isinstance(ev, TurnEvent)]
+                others = [(en, ev) for en, ev in items if not isinstance(ev, TurnEvent)]
+                if turns:
+                    self._persist_turns(session, tenant_id, turns, idle, result)
+                if others:
+                    result.events_seen += len(others)
+                    result.events_inserted += episodic.insert_events(
+                        session=session, rows=[_event_row(ev, en.entry_id) for en, ev in others]
+                    )
+        self._known_tenants |= fresh
+        return result
+
+    def _persist_turns(
+        self,
+        session: Any,
+        tenant_id: str,
+        turns: list[tuple[StreamEntry, TurnEvent]],
+        idle: timedelta,
+        result: IngestResult,
+    ) -> None:
+        times = [ev.timestamp for _, ev in turns]
+        users = sorted({ev.user_id for _, ev in turns})
+        existing = episodic.sessions_around(
+            session=session,
+            tenant_id=tenant_id,
+            user_ids=users,
+            lo=min(times) - idle,
+            hi=max(times) + idle,
+        )
+        refs = [TurnRef(ev.id, ev.user_id, ev.timestamp, ev.channel) for _, ev in turns]
+        mapping, touched = assign_sessions(refs, existing, idle)
+        episodic.upsert_sessions(session=session, tenant_id=tenant_id, spans=touched)
+        # One batch may carry the same turn twice (a producer retry): keep the first.
+        rows: dict[Any, dict[str, Any]] = {}
+        for entry, event in turns:
+            rows.setdefault(event.id, _turn_row(event, mapping[event.id], entry.entry_id))
+        inserted = episodic.insert_turns(session=session, rows=list(rows.values()))
+        counts: dict[Any, int] = defaultdict(int)
+        for _turn_id, session_id in inserted:
+            counts[session_id] += 1
+        episodic.add_turn_counts(session=session, counts=dict(counts))
+        result.turns_seen += len(turns)
+        result.turns_inserted += len(inserted)
+        user_of = {ev.id: ev.user_id for _, ev in turns}
+        for turn_id, _ in inserted:
+            result.new_turns.setdefault((tenant_id, user_of[turn_id]), []).append(str(turn_id))
+
+    def update_working_memory(self, decoded: Sequence[tuple[StreamEntry, Event]]) -> None:
+        """Push every turn of the batch (replays included: the store ignores what it has)."""
+        batches: dict[tuple[str, str], list[WorkingTurn]] = defaultdict(list)
+        seen: set[str] = set()
+        for _, event in decoded:
+            if not isinstance(event, TurnEvent) or str(event.id) in seen:
+                continue
+            seen.add(str(event.id))
+            batches[(event.tenant_id, event.user_id)].append(
+                WorkingTurn(
+                    id=str(event.id),
+                    role=event.role,
+                    speaker=event.speaker or event.role,
+                    channel=event.channel,
+                    content=event.content,
+                    tokens=count_tokens(event.content),
+                    at=event.timestamp,
+                )
+            )
+        self.working.push(batches)
