@@ -33,10 +33,10 @@ def owner_engine(settings: Settings | None = None) -> Engine:
     return _engine(database_urls(settings).owner)
 
 
-def dispose_engines() -> None:
-    """Drop pooled connections (after fork, or before stopping the server)."""
+def dispose_engines(*, close: bool = True) -> None:
+    """Drop pooled connections; after a fork pass close=False to leave the parent's alone."""
     for engine in _engines.values():
-        engine.dispose()
+        engine.dispose(close=close)
     _engines.clear()
 
 

@@ -1,0 +1,247 @@
+"""`engram`: the operator's and developer's command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+from sqlalchemy import text
+
+from app.cli.supervisor import (
+    ProcessGroup,
+    beat_command,
+    ensure_services,
+    flower_command,
+    worker_command,
+)
+from app.config import get_settings
+from app.embedded import postgres as embedded_postgres
+from app.embedded import redis as embedded_redis
+from app.streams.events import EventValidationError, parse_event
+
+cli = typer.Typer(help="Engram: long-term memory for LLM agents.", no_args_is_help=True)
+services_cli = typer.Typer(help="Embedded Postgres/Redis for machines without their own.")
+cli.add_typer(services_cli, name="services")
+console = Console(width=None if Console().is_terminal else 140)
+
+IMPORT_CHUNK = 500
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@services_cli.command("start")
+def services_start() -> None:
+    """Start (or find) the database and Redis, and migrate the schema."""
+    from app.db.migrate import upgrade
+
+    _logging(False)
+    ensure_services(get_settings())
+    upgrade()
+    console.print("[green]services up, schema at head[/green]")
+
+
+@services_cli.command("stop")
+def services_stop() -> None:
+    """Stop the embedded Postgres and Redis (if this project started them)."""
+    settings = get_settings()
+    pg = embedded_postgres.stop(settings.data_dir)
+    rd = embedded_redis.stop(settings.data_dir)
+    console.print(
+        f"embedded postgres {'stopped' if pg else 'not running'}; "
+        f"embedded redis {'stopped' if rd else 'not running'}"
+    )
+
+
+@cli.command()
+def migrate(revision: str = "head") -> None:
+    """Upgrade the schema (Alembic) to `revision`."""
+    from app.db.migrate import upgrade
+
+    _logging(False)
+    ensure_services(get_settings())
+    upgrade(revision=revision)
+    console.print(f"[green]schema at {revision}[/green]")
+
+
+@cli.command()
+def up(
+    flower: Annotated[bool, typer.Option(help="Also run Flower.")] = True,
+    concurrency: Annotated[int, typer.Option(help="Worker task threads.")] = 4,
+) -> None:
+    """Services + migrations + worker + beat + flower in the foreground; Ctrl-C stops all."""
+    from app.db.migrate import upgrade
+
+    _logging(True)
+    settings = get_settings()
+    services = ensure_services(settings)
+    upgrade()
+    group = ProcessGroup()
+    try:
+        group.start(worker_command(concurrency=concurrency))
+        group.start(beat_command(settings))
+        if flower:
+            group.start(flower_command(settings))
+            console.print(
+                f"Flower on http://{settings.flower_address}:{settings.flower_port} "
+                f"(user {settings.flower_user})"
+            )
+        code = group.wait_any()
+        console.print(f"[red]a process exited ({code}); stopping the rest[/red]")
+    except KeyboardInterrupt:
+        console.print("stopping…")
+    finally:
+        group.stop()
+        services.stop()
+
+
+def _producer() -> Any:
+    from app.redis_client import get_redis
+    from app.streams.producer import EventProducer
+
+    settings = get_settings()
+    return EventProducer(get_redis(settings), settings)
+
+
+@cli.command()
+def push(
+    content: Annotated[str, typer.Argument(help="What was said.")],
+    tenant: Annotated[str, typer.Option(help="Tenant id.")],
+    user: Annotated[str, typer.Option(help="User id.")],
+    role: Annotated[str, typer.Option(help="user | assistant | system | tool")] = "user",
+    channel: Annotated[str, typer.Option()] = "cli",
+    external_id: Annotated[str | None, typer.Option(help="Your message id (idempotency).")] = None,
+) -> None:
+    """Send one turn to the streams."""
+    event = {
+        "type": "turn",
+        "tenant_id": tenant,
+        "user_id": user,
+        "role": role,
+        "content": content,
+        "channel": channel,
+        "external_id": external_id or f"cli-{time.time_ns()}",
+    }
+    try:
+        receipt = _producer().send(event)
+    except EventValidationError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"sent {receipt.event_id} → {receipt.stream} {receipt.entry_id}")
+
+
+@cli.command("import")
+def import_events(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL of events.")],
+) -> None:
+    """Send every event of a JSONL file (each keeps its own timestamp); safe to re-run."""
+    producer = _producer()
+    total = sum(1 for _ in path.open(encoding="utf-8"))
+    sent, bad = 0, []
+    chunk: list[Any] = []
+    columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console) as progress, path.open(encoding="utf-8") as handle:
+        task = progress.add_task("import", total=total)
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    chunk.append(parse_event(json.loads(line)))
+                except (ValueError, EventValidationError) as exc:
+                    bad.append((number, str(exc)))
+            if len(chunk) >= IMPORT_CHUNK:
+                sent += len(producer.send_many(chunk))
+                chunk = []
+            progress.advance(task)
+        if chunk:
+            sent += len(producer.send_many(chunk))
+    console.print(f"sent {sent} events from {path}")
+    for number, error in bad[:20]:
+        console.print(f"[red]line {number}: {error}[/red]")
+    if bad:
+        console.print(f"[red]{len(bad)} invalid line(s) skipped[/red]")
+        raise typer.Exit(1)
+
+
+@cli.command()
+def tail(
+    tenant: Annotated[str, typer.Option(help="Tenant whose trace to watch.")],
+    follow: Annotated[bool, typer.Option(help="Keep watching.")] = True,
+    last: Annotated[int, typer.Option(help="Show this many recent rows first.")] = 10,
+) -> None:
+    """Watch turns and events as they are persisted in L2."""
+    from app.db.session import unit_of_work
+
+    query = text(
+        "SELECT * FROM ("
+        " SELECT received_at, occurred_at, user_id, channel, 'turn:' || role AS kind,"
+        "  content AS body FROM episodic.turns WHERE received_at > :since"
+        " UNION ALL"
+        " SELECT received_at, occurred_at, user_id, channel, type, payload::text"
+        "  FROM episodic.events WHERE received_at > :since"
+        ") AS rows ORDER BY received_at DESC LIMIT :limit"
+    )
+    since = datetime(1970, 1, 1, tzinfo=UTC)
+    limit = last
+    while True:
+        with unit_of_work(tenant) as session:
+            rows = list(reversed(session.execute(query, {"since": since, "limit": limit}).all()))
+        for row in rows:
+            console.print(
+                f"[dim]{row.occurred_at:%Y-%m-%d %H:%M:%S}[/dim] {row.user_id}@{row.channel} "
+                f"[bold]{row.kind}[/bold] {row.body[:160]}"
+            )
+            since = max(since, row.received_at)
+        if not follow:
+            return
+        limit = 1000
+        time.sleep(1)
+
+
+@cli.command()
+def status() -> None:
+    """Stream lengths, pending entries, dead letters and rows per layer."""
+    from app.db.session import owner_engine
+    from app.redis_client import get_redis
+    from app.services.status import layer_row_counts, stream_status
+
+    settings = get_settings()
+    streams = stream_status(get_redis(settings), settings)
+    table = Table("partition", "length", "pending", "lag", "consumers", title="L0 streams")
+    for part in streams.partitions:
+        table.add_row(
+            part.stream, str(part.length), str(part.pending), str(part.lag), str(part.consumers)
+        )
+    console.print(table)
+    console.print(
+        f"dead letters: {streams.dead_letters}   lost (deleted while pending): {streams.lost}"
+        f"   users in working memory: {streams.working_users}"
+    )
+    rows = Table("layer", "table", "rows", title="Rows per layer")
+    for layer, name, count in layer_row_counts(owner_engine(settings)):
+        rows.add_row(layer, name, str(count))
+    console.print(rows)
+
+
+@cli.command()
+def demo(timeout: Annotated[float, typer.Option(help="Seconds to wait for ingest.")] = 90) -> None:
+    """Set up, run a worker, push a sample conversation, and show it in L1 and L2."""
+    from app.cli.demo import run_demo
+
+    _logging(False)
+    raise typer.Exit(run_demo(console, timeout=timeout))
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,125 @@
+"""Start and stop Engram's processes (services, worker, beat, flower) for `engram up`/`demo`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.config import Settings
+from app.db.bootstrap import database_urls
+from app.embedded import postgres as embedded_postgres
+from app.embedded import redis as embedded_redis
+from app.redis_client import resolve_redis_url
+from workers.queues import ALL_QUEUES
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """What `ensure_services` found or started; stop() undoes only what it started."""
+
+    settings: Settings
+    started_postgres: bool = False
+    started_redis: bool = False
+
+    def stop(self) -> None:
+        from app.db.session import dispose_engines
+
+        dispose_engines()
+        if self.started_postgres:
+            embedded_postgres.stop(self.settings.data_dir)
+        if self.started_redis:
+            embedded_redis.stop(self.settings.data_dir)
+
+
+def ensure_services(settings: Settings) -> Services:
+    services = Services(settings)
+    if not settings.database_url:
+        services.started_postgres = not embedded_postgres.is_running(settings.data_dir)
+    database_urls(settings)
+    if not settings.redis_url and not embedded_redis.answers(embedded_redis.DEFAULT_URL):
+        services.started_redis = not embedded_redis.answers(embedded_redis.embedded_url())
+    resolve_redis_url(settings)
+    return services
+
+
+def celery_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", *args]
+
+
+def worker_command(
+    queues: Sequence[str] = ALL_QUEUES, concurrency: int = 4, consumers: int | None = None
+) -> list[str]:
+    command = celery_command(
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "-P",
+        "threads",
+        "-c",
+        str(concurrency),
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
+    if consumers is not None:
+        command += ["--stream-consumers", str(consumers)]
+    return command
+
+
+def beat_command(settings: Settings) -> list[str]:
+    schedule = settings.data_dir / "celerybeat-schedule"
+    return celery_command("beat", "-l", "INFO", "--schedule", str(schedule))
+
+
+def flower_command(settings: Settings) -> list[str]:
+    auth = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    return celery_command(
+        "flower",
+        f"--address={settings.flower_address}",
+        f"--port={settings.flower_port}",
+        f"--basic-auth={auth}",
+    )
+
+
+@dataclass
+class ProcessGroup:
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(
+        self, command: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(command, env={**os.environ, **(env or {})})
+        self.processes.append(process)
+        return process
+
+    def stop(self, timeout: float = 30) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
+
+    def wait_any(self) -> int:
+        """Block until one process exits; returns its exit code."""
+        while True:
+            for process in self.processes:
+                code = process.poll()
+                if code is not None:
+                    return code
+            try:
+                self.processes[0].wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                continue

@@ -1,0 +1,67 @@
+"""One decorator for every Engram task: stable name, queue, retry policy, delivery counting.
+
+With late acks and reject-on-worker-lost, a task that kills its worker (OOM, segfault) is
+redelivered forever. Each start therefore counts a delivery in Redis; past
+ENGRAM_TASK_MAX_DELIVERIES the task is recorded as dead and acknowledged instead of run again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from celery import Task
+
+from app.config import get_settings
+from app.keys import RedisKeys
+from app.redis_client import get_redis
+from workers.celery_app import app
+
+_log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class EngramTask(Task):  # type: ignore[misc]
+    abstract = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        settings = get_settings()
+        task_id = self.request.id
+        if task_id is None or self.request.is_eager:
+            return super().__call__(*args, **kwargs)
+        client = get_redis(settings)
+        key = RedisKeys.from_settings(settings).task_deliveries(task_id)
+        pipe = client.pipeline(transaction=False)
+        pipe.incr(key)
+        pipe.expire(key, settings.visibility_timeout_s * 2)
+        deliveries = int(pipe.execute()[0])
+        if deliveries > settings.task_max_deliveries:
+            _log.error(
+                "task %s[%s] started %d times without finishing; giving up on it",
+                self.name,
+                task_id,
+                deliveries,
+            )
+            return None
+        result = super().__call__(*args, **kwargs)
+        client.delete(key)
+        return result
+
+
+def engram_task(name: str, **options: Any) -> Callable[[F], F]:
+    """Register `fn` as `name` (routing follows the name's prefix, see workers/queues.py)."""
+
+    def decorate(fn: F) -> F:
+        return app.task(  # type: ignore[no-any-return]
+            name=name,
+            base=EngramTask,
+            bind=False,
+            autoretry_for=(ConnectionError, TimeoutError),
+            retry_backoff=True,
+            retry_backoff_max=300,
+            max_retries=10,
+            **options,
+        )(fn)
+
+    return decorate

@@ -1,0 +1,75 @@
+"""The Celery app: Redis broker, per-concern queues, settings for at-least-once work.
+
+Configuration is applied lazily (on first use of `app.conf`), so importing this module does no
+I/O; the broker URL is resolved then, starting the embedded Redis if that is the setup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_process_init
+
+from app.config import get_settings
+from app.redis_client import resolve_redis_url
+from workers.beat import beat_schedule
+from workers.queues import MAINTENANCE, ROUTES, TASK_QUEUES
+
+app = Celery("engram", include=["tasks.ingest", "tasks.maintenance"])
+
+
+@app.on_configure.connect
+def _configure(sender: Celery, **_: Any) -> None:
+    settings = get_settings()
+    url = resolve_redis_url(settings)
+    sender.conf.update(
+        broker_url=url,
+        # Results are not used: tasks hand ids to the next step, and state lives in Postgres.
+        task_ignore_result=True,
+        result_backend=None,
+        # JSON only: no pickle from the broker, and messages readable by any tool.
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_queues=TASK_QUEUES,
+        task_routes=ROUTES,
+        task_default_queue=MAINTENANCE,
+        # Ack after the task finishes, so a crash mid-task redelivers it (at-least-once; every
+        # task is idempotent), and give the message back if the worker process is lost.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # Take one message at a time: with late acks a prefetched message would sit unacked
+        # behind a long task, and be redelivered to another worker after the visibility timeout.
+        worker_prefetch_multiplier=1,
+        task_time_limit=settings.task_time_limit_s,
+        task_soft_time_limit=max(settings.task_time_limit_s - 30, 1),
+        # The Redis transport redelivers an unacked message after the visibility timeout; it
+        # must exceed the longest task (time limit) and any countdown/ETA we use, or a running
+        # task is handed to a second worker.
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        beat_schedule=beat_schedule(settings),
+        timezone="UTC",
+    )
+
+
+@worker_process_init.connect
+def _fresh_connections_after_fork(**_: Any) -> None:
+    """Pooled connections must not be shared across a fork."""
+    from app.db.session import dispose_engines
+
+    dispose_engines(close=False)
+
+
+def _install_consumer_step() -> None:
+    from workers.consumer_step import StreamConsumerStep, add_worker_options
+
+    app.steps["worker"].add(StreamConsumerStep)
+    add_worker_options(app)
+
+
+_install_consumer_step()
