@@ -222,13 +222,17 @@ class StreamConsumer:
         claimed = []
         deleted: list[str] = []
         for item in reply[1]:
-            if item is None or item[1] is None:  # Redis 6.2 reports deleted entries as nil
-                if item is not None:
-                    deleted.append(_decode(item[0]))
+            # Redis 6.2 reports entries deleted while pending as nil; 7+ lists them apart.
+            entry_id, raw = (item[0], item[1]) if item is not None else (None, None)
+            if raw is None:
+                if entry_id is not None:
+                    deleted.append(_decode(entry_id))
                 continue
-            entry_id, raw = item
-            flat = [_decode(v) for v in raw]
-            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            if isinstance(raw, dict):
+                fields = {_decode(k): _decode(v) for k, v in raw.items()}
+            else:
+                flat = [_decode(v) for v in raw]
+                fields = dict(zip(flat[::2], flat[1::2], strict=True))
             claimed.append(StreamEntry(stream, _decode(entry_id), fields))
         if len(reply) > 2:
             deleted.extend(_decode(d) for d in reply[2])

@@ -1,0 +1,94 @@
+"""Test set-up: real Postgres (+pgvector) and real Redis, built by the real migrations.
+
+With no DATABASE_URL the embedded server is used and the test database (ENGRAM_TEST_DATABASE,
+default `engram_test`) is recreated for each session and migrated with `alembic upgrade head`.
+Every test gets its own Redis key prefix and its own tenant id, so tests never see each other.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+TEST_DATABASE = os.environ.get("ENGRAM_TEST_DATABASE", "engram_test")
+os.environ.setdefault("ENGRAM_DATABASE_NAME", TEST_DATABASE)
+os.environ["ENGRAM_DATABASE_NAME"] = TEST_DATABASE
+
+from app.config import Settings, get_settings  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    return get_settings()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def database(base_settings: Settings) -> Iterator[None]:
+    """A freshly migrated test database for the session."""
+    from app.cli.supervisor import ensure_services
+    from app.db import bootstrap
+    from app.db.migrate import upgrade
+    from app.db.session import dispose_engines
+
+    if not base_settings.database_url:
+        from app.embedded import postgres as embedded_postgres
+
+        embedded_postgres.ensure_running(base_settings.data_dir)
+        bootstrap.drop_database(TEST_DATABASE, base_settings)
+    services = ensure_services(base_settings)
+    upgrade()
+    yield
+    dispose_engines()
+    if not os.environ.get("ENGRAM_TEST_KEEP_SERVICES"):
+        services.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def settings(base_settings: Settings, prefix: str) -> Settings:
+    """Settings for one test: its own Redis prefix, fast reclaim, few deliveries."""
+    return base_settings.model_copy(
+        update={
+            "redis_prefix": prefix,
+            "claim_min_idle_ms": 200,
+            "max_deliveries": 3,
+            "consumer_block_ms": 50,
+        }
+    )
+
+
+@pytest.fixture
+def redis_client(settings: Settings) -> Iterator[object]:
+    from app.redis_client import get_redis
+
+    client = get_redis(settings)
+    yield client
+    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment for a worker subprocess that sees this test's keys and database."""
+    env = {
+        "ENGRAM_DATABASE_NAME": settings.database_name,
+        "ENGRAM_REDIS_PREFIX": settings.redis_prefix,
+        "ENGRAM_CLAIM_MIN_IDLE_MS": str(settings.claim_min_idle_ms),
+        "ENGRAM_MAX_DELIVERIES": str(settings.max_deliveries),
+        "ENGRAM_CONSUMER_BLOCK_MS": str(settings.consumer_block_ms),
+        "ENGRAM_STREAM_PARTITIONS": str(settings.stream_partitions),
+    }
+    env.update(extra)
+    return env

@@ -1,0 +1,33 @@
+"""Small helpers shared by integration tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+
+def turn(tenant: str, user: str, n: int, **overrides: Any) -> dict[str, Any]:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    event = {
+        "type": "turn",
+        "tenant_id": tenant,
+        "user_id": user,
+        "role": "user" if n % 2 == 0 else "assistant",
+        "content": f"message number {n} about the quarterly plan",
+        "external_id": f"m-{n}",
+        "channel": "web",
+        "timestamp": (base + timedelta(seconds=n)).isoformat(),
+    }
+    event.update(overrides)
+    return event
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60, every: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()
