@@ -45,15 +45,30 @@ class RedisKeys:
         """Counter of entries found deleted while still pending (must stay 0); lives forever."""
         return f"{self.prefix}:events:lost"
 
+    def consumer_heartbeat(self, name: str) -> str:
+        """A live consumer's stats; expires if it stops beating (see HEARTBEAT_TTL_S)."""
+        return f"{self.prefix}:consumers:{name}"
+
+    def consumer_heartbeats(self) -> str:
+        return f"{self.prefix}:consumers:*"
+
+    def ingest_lag(self) -> str:
+        """Recent XADD → acked lags in ms (last 100k), for operators and the benchmark."""
+        return f"{self.prefix}:metrics:ingest_lag_ms"
+
     # L1 working memory, per tenant and user.
     def _user(self, tenant_id: str, user_id: str) -> str:
-        return f"{self.prefix}:wm:{{{tenant_id}:{user_id}}}"
+        # `|` cannot occur in tenant or user ids (see IDENTIFIER), so no two pairs share a key.
+        return f"{self.prefix}:wm:{{{tenant_id}|{user_id}}}"
 
     def working_turns(self, tenant_id: str, user_id: str) -> str:
         return f"{self._user(tenant_id, user_id)}:turns"
 
     def working_state(self, tenant_id: str, user_id: str) -> str:
         return f"{self._user(tenant_id, user_id)}:state"
+
+    def working_ids(self, tenant_id: str, user_id: str) -> str:
+        return f"{self._user(tenant_id, user_id)}:ids"
 
     def working_evicted(self, tenant_id: str, user_id: str) -> str:
         return f"{self._user(tenant_id, user_id)}:evicted"

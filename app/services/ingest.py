@@ -57,7 +57,7 @@ def _decode_entries(entries: Sequence[StreamEntry]) -> list[tuple[StreamEntry, E
     return decoded
 
 
-def _turn_row(event: TurnEvent, session_id: Any, entry_id: str) -> dict[str, Any]:
+def _turn_row(event: TurnEvent, session_id: Any, entry_id: str, tokens: int) -> dict[str, Any]:
     return {
         "id": event.id,
         "tenant_id": event.tenant_id,
@@ -69,7 +69,7 @@ def _turn_row(event: TurnEvent, session_id: Any, entry_id: str) -> dict[str, Any
         "content": event.content,
         "channel": event.channel,
         "occurred_at": event.timestamp,
-        "token_count": count_tokens(event.content),
+        "token_count": tokens,
         "metadata": event.metadata,
         "flags": instruction_flags(event.content),
         "stream_entry_id": entry_id,
@@ -110,17 +110,26 @@ class IngestService:
         self.working = WorkingMemoryStore(client, settings)
         self.on_committed = on_committed
         self._known_tenants: set[str] = set()
+        self._token_counts: dict[Any, int] = {}
 
     def __call__(self, entries: Sequence[StreamEntry]) -> None:
         self.handle(entries)
 
     def handle(self, entries: Sequence[StreamEntry]) -> IngestResult:
         decoded = _decode_entries(entries)
+        self._token_counts: dict[Any, int] = {}
         result = self.persist(decoded)
         self.update_working_memory(decoded)
         if self.on_committed is not None:
             self.on_committed(result)
         return result
+
+    def _tokens(self, event: TurnEvent) -> int:
+        """Counted once per turn and batch: L2 and L1 both need it."""
+        counts = self._token_counts
+        if event.id not in counts:
+            counts[event.id] = count_tokens(event.content)
+        return counts[event.id]
 
     def persist(self, decoded: Sequence[tuple[StreamEntry, Event]]) -> IngestResult:
         """Write the whole batch to L2 in one transaction, one RLS scope per tenant."""
@@ -169,12 +178,17 @@ class IngestService:
             hi=max(times) + idle,
         )
         refs = [TurnRef(ev.id, ev.user_id, ev.timestamp, ev.channel) for _, ev in turns]
-        mapping, touched = assign_sessions(refs, existing, idle)
-        episodic.upsert_sessions(session=session, tenant_id=tenant_id, spans=touched)
+        assignment = assign_sessions(refs, existing, idle)
+        mapping = assignment.mapping
+        episodic.upsert_sessions(session=session, tenant_id=tenant_id, spans=assignment.touched)
+        episodic.merge_sessions(session=session, merged=assignment.merged)
         # One batch may carry the same turn twice (a producer retry): keep the first.
         rows: dict[Any, dict[str, Any]] = {}
         for entry, event in turns:
-            rows.setdefault(event.id, _turn_row(event, mapping[event.id], entry.entry_id))
+            if event.id not in rows:
+                rows[event.id] = _turn_row(
+                    event, mapping[event.id], entry.entry_id, self._tokens(event)
+                )
         inserted = episodic.insert_turns(session=session, rows=list(rows.values()))
         counts: dict[Any, int] = defaultdict(int)
         for _turn_id, session_id in inserted:
@@ -201,7 +215,7 @@ class IngestService:
                     speaker=event.speaker or event.role,
                     channel=event.channel,
                     content=event.content,
-                    tokens=count_tokens(event.content),
+                    tokens=self._tokens(event),
                     at=event.timestamp,
                 )
             )

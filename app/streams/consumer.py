@@ -31,6 +31,10 @@ from app.keys import RedisKeys
 _log = logging.getLogger(__name__)
 
 FAILURES_TTL_S = 7 * 24 * 3600
+HEARTBEAT_EVERY_S = 5.0
+HEARTBEAT_TTL_S = 30
+LAG_SAMPLES = 100_000
+LAG_TTL_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class StreamConsumer:
 
     def leave(self) -> None:
         """Remove this consumer from every group if it holds nothing pending."""
+        self.client.delete(self.keys.consumer_heartbeat(self.name))
         for stream in self.streams:
             try:
                 pending = self.client.xpending_range(
@@ -120,8 +125,12 @@ class StreamConsumer:
         """Consume until `stop` is set; each pass finishes (or safely abandons) its batch."""
         self.ensure_groups()
         _log.info("consumer %s reading %d partitions", self.name, len(self.streams))
+        beat_at = 0.0
         while not stop.is_set():
             try:
+                if time.monotonic() >= beat_at:
+                    self.heartbeat()
+                    beat_at = time.monotonic() + HEARTBEAT_EVERY_S
                 self.step(block_ms=self.settings.consumer_block_ms)
                 self._backoff_s = 0.0
             except Exception as exc:
@@ -129,6 +138,15 @@ class StreamConsumer:
                     _log.exception("consumer %s: unexpected error", self.name)
                 self._pause(stop, exc)
         self.leave()
+
+    def heartbeat(self) -> None:
+        """Publish this consumer's counters; the key expires when the consumer dies."""
+        key = self.keys.consumer_heartbeat(self.name)
+        stats = {k: ("" if v is None else v) for k, v in vars(self.stats).items()}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(key, mapping={**stats, "seen_at": datetime.now(UTC).isoformat()})
+        pipe.expire(key, HEARTBEAT_TTL_S)
+        pipe.execute()
 
     def _pause(self, stop: threading.Event, exc: BaseException) -> None:
         self.stats.transient_errors += 1
@@ -314,6 +332,12 @@ class StreamConsumer:
         for stream, ids in by_stream.items():
             pipe.xack(stream, self.group, *ids)
         pipe.hdel(self.keys.failures(), *[self._failure_key(e) for e in entries])
+        # Lag from XADD (the id's millisecond part, Redis' clock) to now, after commit and L1.
+        now_ms = int(time.time() * 1000)
+        lags = [now_ms - int(e.entry_id.split("-", 1)[0]) for e in entries]
+        pipe.rpush(self.keys.ingest_lag(), *lags)
+        pipe.ltrim(self.keys.ingest_lag(), -LAG_SAMPLES, -1)
+        pipe.expire(self.keys.ingest_lag(), LAG_TTL_S)
         pipe.execute()
         self.stats.acked += len(entries)
 

@@ -1,11 +1,13 @@
 """Producers: validate events and XADD them to the user's partition. No Celery needed.
 
-Capping: a partition is capped at `stream_max_len` entries, but never by `XADD … MAXLEN ~`,
-which would silently drop entries no consumer has read yet. Instead the XADD runs in a small
-Lua script that refuses the write (StreamFullError, the producer's backpressure signal) when
-the partition is at its cap, and consumers trim only what every consumer group has acknowledged
-(`XTRIM … MINID ~ <oldest pending or undelivered id>`, see app/streams/trim.py). The stream
-therefore stays near the cap under load and never loses an unconsumed entry.
+Capping: a partition is capped at about `stream_max_len` entries, but never by
+`XADD … MAXLEN ~`, which would silently drop entries no consumer has read yet. Instead each
+batch first reads the length of the partitions it writes to (one pipelined XLEN each) and
+refuses the events that would take a partition past its cap (StreamFullError, the producer's
+backpressure signal). The check is per batch, not atomic across producers, so a partition can
+overshoot by what concurrent producers add in one batch — an approximate cap, like `MAXLEN ~`,
+that errs on the side of keeping data. Consumers trim only what every consumer group has
+acknowledged (`XTRIM … MINID ~ <oldest pending or undelivered id>`, see app/streams/trim.py).
 """
 
 from __future__ import annotations
@@ -19,13 +21,6 @@ import redis
 from app.config import Settings, get_settings
 from app.keys import RedisKeys, partition_of
 from app.streams.events import Event, EventBase, parse_event
-
-_CAPPED_XADD = """
-if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[1]) then
-    return redis.error_reply('ENGRAM_STREAM_FULL ' .. KEYS[1])
-end
-return redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'event', ARGV[3])
-"""
 
 
 class ProducerError(RuntimeError):
@@ -55,7 +50,6 @@ class EventProducer:
         self.settings = settings or get_settings()
         self.client = client
         self.keys = RedisKeys.from_settings(self.settings)
-        self._script = client.register_script(_CAPPED_XADD)
 
     def stream_for(self, event: EventBase) -> str:
         index = partition_of(event.tenant_id, event.user_id, self.settings.stream_partitions)
@@ -69,37 +63,44 @@ class EventProducer:
         parsed = [parse_event(e if isinstance(e, EventBase) else dict(e)) for e in events]
         if not parsed:
             return []
-        pipe = self.client.pipeline(transaction=False)
-        streams = []
-        for event in parsed:
-            stream = self.stream_for(event)
-            streams.append(stream)
-            self._script(
-                keys=[stream],
-                args=[self.settings.stream_max_len, str(event.id), event.to_json()],
-                client=pipe,
-            )
+        streams = [self.stream_for(event) for event in parsed]
         try:
-            replies = pipe.execute(raise_on_error=False)
+            room = self._room(set(streams))
+        except redis.RedisError as exc:
+            raise ProducerError(f"could not reach Redis: {exc}") from exc
+        pipe = self.client.pipeline(transaction=False)
+        accepted: list[tuple[Event, str]] = []
+        unsent: list[Event] = []
+        for event, stream in zip(parsed, streams, strict=True):
+            if room[stream] <= 0:
+                unsent.append(event)
+                continue
+            room[stream] -= 1
+            accepted.append((event, stream))
+            pipe.xadd(stream, {"id": str(event.id), "event": event.to_json()})
+        try:
+            replies = pipe.execute() if accepted else []
         except redis.RedisError as exc:
             raise ProducerError(f"could not send events to Redis: {exc}") from exc
-        receipts: list[Receipt] = []
-        unsent: list[Event] = []
-        errors: list[str] = []
-        for event, stream, reply in zip(parsed, streams, replies, strict=True):
-            if isinstance(reply, Exception):
-                unsent.append(event)
-                errors.append(str(reply))
-            else:
-                entry = reply.decode() if isinstance(reply, bytes) else str(reply)
-                receipts.append(Receipt(str(event.id), stream, entry))
+        receipts = [
+            Receipt(str(event.id), stream, reply.decode() if isinstance(reply, bytes) else reply)
+            for (event, stream), reply in zip(accepted, replies, strict=True)
+        ]
         if unsent:
-            if all("ENGRAM_STREAM_FULL" in err for err in errors):
-                raise StreamFullError(
-                    f"{len(unsent)} event(s) refused: partition at its cap of "
-                    f"{self.settings.stream_max_len} entries (consumers are behind)",
-                    receipts,
-                    unsent,
-                )
-            raise ProducerError(f"{len(unsent)} event(s) not sent: {errors[0]}")
+            raise StreamFullError(
+                f"{len(unsent)} event(s) refused: partition at its cap of "
+                f"{self.settings.stream_max_len} entries (consumers are behind)",
+                receipts,
+                unsent,
+            )
         return receipts
+
+    def _room(self, streams: set[str]) -> dict[str, int]:
+        ordered = sorted(streams)
+        pipe = self.client.pipeline(transaction=False)
+        for stream in ordered:
+            pipe.xlen(stream)
+        lengths = pipe.execute()
+        return {
+            s: self.settings.stream_max_len - int(n) for s, n in zip(ordered, lengths, strict=True)
+        }

@@ -2,8 +2,9 @@
 
 A session is a run of one user's turns (across channels) with no gap longer than the idle
 timeout. Turns carry their producer's timestamp, so backfilled history lands in the session of
-its own time, not in today's. A new session's id derives from its first turn's id, so a
-replayed batch recreates the same session rather than a twin.
+its own time, not in today's. A backfilled turn that bridges two sessions (within the idle
+timeout of both) merges them into the earlier one. A new session's id derives from its first
+turn's id, so a replayed batch recreates the same session rather than a twin.
 """
 
 from __future__ import annotations
@@ -44,14 +45,46 @@ class TurnRef:
     channel: str
 
 
+@dataclass
+class Assignment:
+    mapping: dict[uuid.UUID, uuid.UUID]  # turn id → session id
+    touched: list[SessionSpan]  # sessions to create or widen
+    merged: dict[uuid.UUID, uuid.UUID]  # stored session id → the session it was merged into
+
+
+def _merge_bridged(
+    span: SessionSpan, spans: list[SessionSpan], idle: timedelta
+) -> tuple[SessionSpan, list[SessionSpan]]:
+    """Fold every span now within idle of `span` into the earliest of them."""
+    group = [
+        s
+        for s in spans
+        if s is span
+        or (s.started_at - idle <= span.last_turn_at and span.started_at <= s.last_turn_at + idle)
+    ]
+    if len(group) == 1:
+        return span, []
+    keeper = min(group, key=lambda s: (s.started_at, str(s.id)))
+    losers = [s for s in group if s is not keeper]
+    for loser in losers:
+        keeper.started_at = min(keeper.started_at, loser.started_at)
+        keeper.last_turn_at = max(keeper.last_turn_at, loser.last_turn_at)
+        keeper.channels |= loser.channels
+        keeper.touched = True
+        spans.remove(loser)
+    return keeper, losers
+
+
 def assign_sessions(
     turns: Iterable[TurnRef], existing: Iterable[SessionSpan], idle: timedelta
-) -> tuple[dict[uuid.UUID, uuid.UUID], list[SessionSpan]]:
-    """Map each turn id to a session id; returns the mapping and every session touched."""
+) -> Assignment:
+    """Map each turn to a session, widening, creating and merging sessions as needed."""
     by_user: dict[str, list[SessionSpan]] = {}
     for span in existing:
         by_user.setdefault(span.user_id, []).append(span)
     mapping: dict[uuid.UUID, uuid.UUID] = {}
+    redirect: dict[uuid.UUID, uuid.UUID] = {}
+    merged: dict[uuid.UUID, uuid.UUID] = {}
     for turn in sorted(turns, key=lambda t: (t.user_id, t.occurred_at, str(t.id))):
         spans = by_user.setdefault(turn.user_id, [])
         candidates = [s for s in spans if s.covers(turn.occurred_at, idle)]
@@ -68,5 +101,20 @@ def assign_sessions(
             spans.append(span)
         span.extend(turn.occurred_at, turn.channel)
         mapping[turn.id] = span.id
+        keeper, losers = _merge_bridged(span, spans, idle)
+        for loser in losers:
+            redirect[loser.id] = keeper.id
+            if not loser.is_new:
+                merged[loser.id] = keeper.id
+
+    def final(session_id: uuid.UUID) -> uuid.UUID:
+        while session_id in redirect:
+            session_id = redirect[session_id]
+        return session_id
+
     touched = [s for spans in by_user.values() for s in spans if s.touched]
-    return mapping, touched
+    return Assignment(
+        mapping={turn_id: final(sid) for turn_id, sid in mapping.items()},
+        touched=touched,
+        merged={old: final(new) for old, new in merged.items()},
+    )

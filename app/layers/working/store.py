@@ -1,10 +1,11 @@
 """L1 working memory in Redis: each user's last N turns across channels, with token counts.
 
-Per user: a sorted set of turns scored by their timestamp (members are canonical JSON, so
-re-adding the same turn is a no-op), a state hash (token count, summary, eviction watermark) and
-a list of evicted turns waiting to be folded into the summary. Every key has the idle TTL,
-renewed on each update. The Lua script makes a replayed batch harmless: a turn already in the
-window is not added twice, and a turn at or below the eviction watermark was already summarised.
+Per user: a sorted set of turns scored by their timestamp, the set of their ids, a state hash
+(token count, summary, eviction watermark) and a list of evicted turns waiting to be folded into
+the summary. Every key has the idle TTL, renewed on each update. The Lua script makes a replayed
+batch harmless: a turn whose id is in the window is not added again (even if re-sent with other
+content: the first version wins, as in L2), and a turn at or below the eviction watermark was
+already summarised.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ local window = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local now = ARGV[3]
 local watermark = tonumber(redis.call('HGET', KEYS[2], 'evicted_score') or '-1')
-local added = 0
-for i = 4, #ARGV, 2 do
+local tokens = 0
+for i = 4, #ARGV, 4 do
     local score = tonumber(ARGV[i])
-    if score > watermark then
-        added = added + redis.call('ZADD', KEYS[1], 'NX', score, ARGV[i + 1])
+    if score > watermark and redis.call('SADD', KEYS[4], ARGV[i + 3]) == 1 then
+        redis.call('ZADD', KEYS[1], score, ARGV[i + 1])
+        tokens = tokens + tonumber(ARGV[i + 2])
     end
 end
 local size = redis.call('ZCARD', KEYS[1])
@@ -41,18 +43,17 @@ if size > window then
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, size - window - 1)
     for i = 1, #old, 2 do
         redis.call('RPUSH', KEYS[3], old[i])
+        local turn = cjson.decode(old[i])
+        tokens = tokens - turn['tokens']
+        redis.call('SREM', KEYS[4], turn['id'])
     end
     redis.call('HSET', KEYS[2], 'evicted_score', old[#old])
     evicted = #old / 2
 end
-local tokens = 0
-for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    tokens = tokens + cjson.decode(member)['tokens']
-end
-redis.call('HSET', KEYS[2], 'token_count', tokens, 'turn_count', math.min(size, window),
-           'updated_at', now)
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ttl) end
-return {added, evicted, redis.call('LLEN', KEYS[3])}
+redis.call('HINCRBY', KEYS[2], 'token_count', tokens)
+redis.call('HSET', KEYS[2], 'turn_count', math.min(size, window), 'updated_at', now)
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
+return {evicted, redis.call('LLEN', KEYS[3])}
 """
 
 
@@ -107,9 +108,9 @@ class WorkingMemory:
     turns_summarised: int
 
 
-# Evicted turns are folded into the summary in groups (one WATCH round trip per group), and
-# always before the memory is read or flushed.
-FOLD_AFTER = 10
+# Evicted turns wait in a list and are folded into the summary in groups (one WATCH round trip
+# per group), and always before the memory is read or flushed, so readers never see them late.
+FOLD_AFTER = 100
 
 
 def _score(at: datetime) -> int:
@@ -128,6 +129,7 @@ class WorkingMemoryStore:
             self.keys.working_turns(tenant_id, user_id),
             self.keys.working_state(tenant_id, user_id),
             self.keys.working_evicted(tenant_id, user_id),
+            self.keys.working_ids(tenant_id, user_id),
         ]
 
     def push(
@@ -146,13 +148,13 @@ class WorkingMemoryStore:
                 now,
             ]
             for turn in batches[(tenant_id, user_id)]:
-                args.extend((_score(turn.at), turn.member()))
+                args.extend((_score(turn.at), turn.member(), turn.tokens, turn.id))
             self._push(keys=self._user_keys(tenant_id, user_id), args=args, client=pipe)
         active = self.keys.working_active()
         pipe.zadd(active, {f"{t}\x1f{u}": time.time() for t, u in users})
         replies = pipe.execute()
-        evicted = {user: int(reply[1]) for user, reply in zip(users, replies, strict=False)}
-        waiting = {user: int(reply[2]) for user, reply in zip(users, replies, strict=False)}
+        evicted = {user: int(reply[0]) for user, reply in zip(users, replies, strict=False)}
+        waiting = {user: int(reply[1]) for user, reply in zip(users, replies, strict=False)}
         for user, count in waiting.items():
             if count >= FOLD_AFTER:
                 self.fold_evicted(*user)
@@ -160,7 +162,7 @@ class WorkingMemoryStore:
 
     def fold_evicted(self, tenant_id: str, user_id: str) -> None:
         """Fold evicted turns into the rolling summary; WATCH makes concurrent folds safe."""
-        _, state_key, evicted_key = self._user_keys(tenant_id, user_id)
+        _, state_key, evicted_key, _ = self._user_keys(tenant_id, user_id)
         with self.client.pipeline() as pipe:
             while True:
                 try:
@@ -195,7 +197,7 @@ class WorkingMemoryStore:
 
     def read(self, tenant_id: str, user_id: str) -> WorkingMemory | None:
         self.fold_evicted(tenant_id, user_id)
-        turns_key, state_key, _ = self._user_keys(tenant_id, user_id)
+        turns_key, state_key, _, _ = self._user_keys(tenant_id, user_id)
         pipe = self.client.pipeline(transaction=True)
         pipe.zrange(turns_key, 0, -1)
         pipe.hgetall(state_key)
