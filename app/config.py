@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     working_idle_ttl_s: int = Field(default=3600, ge=10)
     working_flush_margin_s: int = Field(default=600, ge=1)
     working_summary_tokens: int = Field(default=400, ge=16)
+    working_replay_horizon_s: int = Field(default=86_400, ge=0)
 
     # L2 episodic.
     session_idle_timeout_s: int = Field(default=1800, ge=1)

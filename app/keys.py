@@ -67,8 +67,8 @@ class RedisKeys:
     def working_state(self, tenant_id: str, user_id: str) -> str:
         return f"{self._user(tenant_id, user_id)}:state"
 
-    def working_ids(self, tenant_id: str, user_id: str) -> str:
-        return f"{self._user(tenant_id, user_id)}:ids"
+    def working_seen(self, tenant_id: str, user_id: str) -> str:
+        return f"{self._user(tenant_id, user_id)}:seen"
 
     def working_evicted(self, tenant_id: str, user_id: str) -> str:
         return f"{self._user(tenant_id, user_id)}:evicted"

@@ -130,7 +130,7 @@ def test_every_working_memory_key_expires(
         keys.working_turns(tenant, "alice"),
         keys.working_state(tenant, "alice"),
         keys.working_evicted(tenant, "alice"),
-        keys.working_ids(tenant, "alice"),
+        keys.working_seen(tenant, "alice"),
     ]
     assert redis_client.exists(*user_keys) == 4
     for key in user_keys:

@@ -1,11 +1,15 @@
 """L1 working memory in Redis: each user's last N turns across channels, with token counts.
 
-Per user: a sorted set of turns scored by their timestamp, the set of their ids, a state hash
-(token count, summary, eviction watermark) and a list of evicted turns waiting to be folded into
-the summary. Every key has the idle TTL, renewed on each update. The Lua script makes a replayed
-batch harmless: a turn whose id is in the window is not added again (even if re-sent with other
-content: the first version wins, as in L2), and a turn at or below the eviction watermark was
-already summarised.
+Per user: a sorted set of turns scored by their timestamp, a sorted set of the ids seen
+recently, a state hash (token count, summary, eviction watermark) and a list of evicted turns
+waiting to be folded into the summary. Every key has the idle TTL, renewed on each update.
+
+The Lua script makes replays harmless and late arrivals count: a turn whose id was seen is
+skipped (even if re-sent with other content: the first version wins, as in L2); a new turn
+newer than the eviction watermark joins the window; a new turn at or below it (a reclaimed
+entry processed after later ones, or a backfill) goes straight to the summary. Ids are
+remembered for `working_replay_horizon_s` behind the watermark; turns older than that are left
+to L2 alone.
 """
 
 from __future__ import annotations
@@ -27,13 +31,22 @@ _PUSH = """
 local window = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local now = ARGV[3]
+local horizon = tonumber(ARGV[4])
 local watermark = tonumber(redis.call('HGET', KEYS[2], 'evicted_score') or '-1')
 local tokens = 0
-for i = 4, #ARGV, 4 do
+local late = 0
+for i = 5, #ARGV, 4 do
     local score = tonumber(ARGV[i])
-    if score > watermark and redis.call('SADD', KEYS[4], ARGV[i + 3]) == 1 then
-        redis.call('ZADD', KEYS[1], score, ARGV[i + 1])
-        tokens = tokens + tonumber(ARGV[i + 2])
+    local id = ARGV[i + 3]
+    if score > watermark - horizon and not redis.call('ZSCORE', KEYS[4], id) then
+        redis.call('ZADD', KEYS[4], score, id)
+        if score > watermark then
+            redis.call('ZADD', KEYS[1], score, ARGV[i + 1])
+            tokens = tokens + tonumber(ARGV[i + 2])
+        else
+            redis.call('RPUSH', KEYS[3], ARGV[i + 1])
+            late = late + 1
+        end
     end
 end
 local size = redis.call('ZCARD', KEYS[1])
@@ -43,17 +56,17 @@ if size > window then
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, size - window - 1)
     for i = 1, #old, 2 do
         redis.call('RPUSH', KEYS[3], old[i])
-        local turn = cjson.decode(old[i])
-        tokens = tokens - turn['tokens']
-        redis.call('SREM', KEYS[4], turn['id'])
+        tokens = tokens - cjson.decode(old[i])['tokens']
     end
+    watermark = tonumber(old[#old])
     redis.call('HSET', KEYS[2], 'evicted_score', old[#old])
     evicted = #old / 2
 end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. (watermark - horizon))
 redis.call('HINCRBY', KEYS[2], 'token_count', tokens)
 redis.call('HSET', KEYS[2], 'turn_count', math.min(size, window), 'updated_at', now)
 for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ttl) end
-return {evicted, redis.call('LLEN', KEYS[3])}
+return {evicted + late, redis.call('LLEN', KEYS[3])}
 """
 
 
@@ -129,7 +142,7 @@ class WorkingMemoryStore:
             self.keys.working_turns(tenant_id, user_id),
             self.keys.working_state(tenant_id, user_id),
             self.keys.working_evicted(tenant_id, user_id),
-            self.keys.working_ids(tenant_id, user_id),
+            self.keys.working_seen(tenant_id, user_id),
         ]
 
     def push(
@@ -146,6 +159,7 @@ class WorkingMemoryStore:
                 self.settings.working_turns,
                 self.settings.working_idle_ttl_s,
                 now,
+                self.settings.working_replay_horizon_s * 1000,
             ]
             for turn in batches[(tenant_id, user_id)]:
                 args.extend((_score(turn.at), turn.member(), turn.tokens, turn.id))
@@ -174,7 +188,7 @@ class WorkingMemoryStore:
                     state = pipe.hmget(state_key, "summary", "turns_summarised")
                     summary = (state[0] or b"").decode()
                     done = int(state[1] or 0)
-                    turns = [WorkingTurn.from_member(m) for m in raw]
+                    turns = sorted((WorkingTurn.from_member(m) for m in raw), key=lambda t: t.at)
                     summary = fold_summary(
                         summary,
                         [(t.speaker, t.content) for t in turns],
