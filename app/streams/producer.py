@@ -77,7 +77,7 @@ class EventProducer:
                 continue
             room[stream] -= 1
             accepted.append((event, stream))
-            pipe.xadd(stream, {"id": str(event.id), "event": event.to_json()})
+            pipe.xadd(stream, {"event": event.to_json()})
         try:
             replies = pipe.execute() if accepted else []
         except redis.RedisError as exc:
