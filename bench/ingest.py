@@ -95,12 +95,14 @@ def main() -> int:
     args = parser.parse_args()
 
     base = get_settings().model_copy(update={"stream_partitions": args.partitions})
+    started_here = False
     if not base.database_url:
         from app.embedded import postgres as embedded_postgres
 
-        embedded_postgres.ensure_running(base.data_dir)
+        started_here = embedded_postgres.ensure_running(base.data_dir).started_here
         bootstrap.drop_database(base.database_name, base)
     services = ensure_services(base)
+    services.started_postgres = services.started_postgres or started_here
     upgrade()
     client = get_redis(base)
     run = uuid.uuid4().hex[:8]

@@ -33,12 +33,14 @@ def database(base_settings: Settings) -> Iterator[None]:
     from app.db.migrate import upgrade
     from app.db.session import dispose_engines
 
+    started_here = False
     if not base_settings.database_url:
         from app.embedded import postgres as embedded_postgres
 
-        embedded_postgres.ensure_running(base_settings.data_dir)
+        started_here = embedded_postgres.ensure_running(base_settings.data_dir).started_here
         bootstrap.drop_database(TEST_DATABASE, base_settings)
     services = ensure_services(base_settings)
+    services.started_postgres = services.started_postgres or started_here
     upgrade()
     yield
     dispose_engines()
