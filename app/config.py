@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     consumer_group: str = "ingest"
     consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
     consumer_block_ms: int = Field(default=1000, ge=1)
-    consumer_threads: int = Field(default=1, ge=0, le=32)
+    consumer_threads: int = Field(default=2, ge=0, le=32)
     claim_min_idle_ms: int = Field(default=60_000, ge=10)
     max_deliveries: int = Field(default=5, ge=1)
     trim_interval_s: float = Field(default=30.0, gt=0)

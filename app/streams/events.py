@@ -115,12 +115,16 @@ class EventBase(BaseModel):
     def _refuse_nul(cls, data: Any) -> Any:
         if isinstance(data, dict):
             for key, value in data.items():
-                if isinstance(value, str | dict | list) and _find_nul(value, key):
-                    raise PydanticCustomError(
-                        "nul_character",
-                        "{field} must not contain NUL characters",
-                        {"field": key},
-                    )
+                if type(value) is str:
+                    if "\x00" not in value:
+                        continue
+                elif not isinstance(value, dict | list) or not _find_nul(value, key):
+                    continue
+                raise PydanticCustomError(
+                    "nul_character",
+                    "{field} must not contain NUL characters",
+                    {"field": key},
+                )
         return data
 
     @field_validator("timestamp")
