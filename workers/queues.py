@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 INGEST = "ingest"
 EXTRACT = "extract"
@@ -11,7 +11,9 @@ MAINTENANCE = "maintenance"
 DREAM = "dream"
 ALL_QUEUES = (INGEST, EXTRACT, EMBED, MAINTENANCE, DREAM)
 
-TASK_QUEUES = tuple(Queue(name, routing_key=name) for name in ALL_QUEUES)
+TASK_QUEUES = tuple(
+    Queue(name, Exchange(name, type="direct"), routing_key=name) for name in ALL_QUEUES
+)
 
 # Task names are stable and say where they run: engram.<area>.<action>.
 ROUTES = {

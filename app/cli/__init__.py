@@ -190,7 +190,7 @@ def tail(
         " UNION ALL"
         " SELECT received_at, occurred_at, user_id, channel, type, payload::text"
         "  FROM episodic.events WHERE received_at > :since"
-        ") AS rows ORDER BY received_at DESC LIMIT :limit"
+        ") AS rows ORDER BY received_at DESC, occurred_at DESC LIMIT :limit"
     )
     since = datetime(1970, 1, 1, tzinfo=UTC)
     limit = last
