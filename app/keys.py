@@ -79,5 +79,9 @@ class RedisKeys:
         return f"{self.prefix}:wm:active"
 
     # Celery delivery counting (see workers/base.py).
+    def dead_tasks(self) -> str:
+        """Tasks that kept killing their worker; kept until an operator drains it."""
+        return f"{self.prefix}:tasks:dead"
+
     def task_deliveries(self, task_id: str) -> str:
         return f"{self.prefix}:task:deliveries:{task_id}"

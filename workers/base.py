@@ -2,11 +2,13 @@
 
 With late acks and reject-on-worker-lost, a task that kills its worker (OOM, segfault) is
 redelivered forever. Each start therefore counts a delivery in Redis; past
-ENGRAM_TASK_MAX_DELIVERIES the task is recorded as dead and acknowledged instead of run again.
+ENGRAM_TASK_MAX_DELIVERIES it is written to the dead-task stream and acknowledged instead of
+being run again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -42,6 +44,15 @@ class EngramTask(Task):  # type: ignore[misc]
                 self.name,
                 task_id,
                 deliveries,
+            )
+            client.xadd(
+                RedisKeys.from_settings(settings).dead_tasks(),
+                {
+                    "task": self.name,
+                    "task_id": task_id,
+                    "deliveries": deliveries,
+                    "args": json.dumps([list(args), kwargs], default=str)[:4000],
+                },
             )
             return None
         result = super().__call__(*args, **kwargs)
