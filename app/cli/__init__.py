@@ -225,9 +225,29 @@ def status() -> None:
         )
     console.print(table)
     console.print(
-        f"dead letters: {streams.dead_letters}   lost (deleted while pending): {streams.lost}"
-        f"   users in working memory: {streams.working_users}"
+        f"dead letters: {streams.dead_letters}   dead tasks: {streams.dead_tasks}   "
+        f"lost (deleted while pending): {streams.lost}   "
+        f"users in working memory: {streams.working_users}"
     )
+    live = Table(
+        "consumer",
+        "batches",
+        "acked",
+        "reclaimed",
+        "dead-lettered",
+        "last seen",
+        title=f"Live stream consumers: {len(streams.consumers)}",
+    )
+    for c in streams.consumers:
+        live.add_row(
+            c.get("name", "?"),
+            c.get("batches", ""),
+            c.get("acked", ""),
+            c.get("reclaimed", ""),
+            c.get("dead_lettered", ""),
+            c.get("seen_at", ""),
+        )
+    console.print(live)
     rows = Table("layer", "table", "rows", title="Rows per layer")
     for layer, name, count in layer_row_counts(owner_engine(settings)):
         rows.add_row(layer, name, str(count))

@@ -39,8 +39,10 @@ class PartitionStatus:
 class StreamStatus:
     partitions: list[PartitionStatus]
     dead_letters: int
+    dead_tasks: int
     lost: int
     working_users: int
+    consumers: list[dict[str, str]]
 
     @property
     def total_length(self) -> int:
@@ -68,11 +70,18 @@ def stream_status(client: redis.Redis, settings: Settings) -> StreamStatus:
         except redis.ResponseError:
             pass
         parts.append(PartitionStatus(stream, length, pending, lag, consumers))
+    consumers = []
+    for key in sorted(client.scan_iter(match=keys.consumer_heartbeats(), count=1000)):
+        fields = {k.decode(): v.decode() for k, v in client.hgetall(key).items()}
+        if fields:
+            consumers.append(fields)
     return StreamStatus(
         partitions=parts,
         dead_letters=int(client.xlen(keys.dead_letters())),
+        dead_tasks=int(client.xlen(keys.dead_tasks())),
         lost=int(client.get(keys.lost_entries()) or 0),
         working_users=int(client.zcard(keys.working_active())),
+        consumers=consumers,
     )
 
 

@@ -144,7 +144,9 @@ class StreamConsumer:
         key = self.keys.consumer_heartbeat(self.name)
         stats = {k: ("" if v is None else v) for k, v in vars(self.stats).items()}
         pipe = self.client.pipeline(transaction=False)
-        pipe.hset(key, mapping={**stats, "seen_at": datetime.now(UTC).isoformat()})
+        pipe.hset(
+            key, mapping={"name": self.name, **stats, "seen_at": datetime.now(UTC).isoformat()}
+        )
         pipe.expire(key, HEARTBEAT_TTL_S)
         pipe.execute()
 
