@@ -1,0 +1,52 @@
+"""What every extractor takes and gives: source turns in, self-contained gems out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+GEM_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event")
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """A turn as extraction sees it (read from L2)."""
+
+    id: str  # L2 turn id (uuid, as text)
+    external_id: str  # the producer's message id
+    role: str  # user | assistant | system | tool
+    speaker: str  # display name, e.g. "Alice" or "Engram assistant"
+    content: str
+    channel: str
+    at: datetime  # timezone-aware, the producer's timestamp
+
+
+@dataclass(frozen=True)
+class Gem:
+    """A memory that stands on its own when read months later."""
+
+    kind: str  # one of GEM_KINDS
+    content: str  # persons and relative times resolved ("Alice prefers …", "on 2026-03-09")
+    summary: str  # one line
+    topics: list[str]
+    importance: float  # 0..1
+    source_turn_ids: list[str]  # exact L2 turn ids it came from, most relevant first
+    occurred_at: datetime  # time of its (first) source turn
+    original: str = ""  # the source wording, kept beside the resolved content
+    # For contradiction detection: a normalised subject ("alice|prefers|seat") and its value
+    # ("aisle"); two gems with the same subject and different values contradict.
+    subject: str | None = None
+    value: str | None = None
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class Extractor(Protocol):
+    """Extracts gems from `batch` only; `context` (earlier turns, token-capped) is for reading."""
+
+    name: str
+
+    def extract(
+        self, *, batch: Sequence[SourceTurn], context: Sequence[SourceTurn]
+    ) -> list[Gem]: ...
