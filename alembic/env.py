@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from logging.config import fileConfig
 
+from alembic import context
 from sqlalchemy import create_engine, pool
 
-from alembic import context
 from app.db.bootstrap import database_urls
 from app.db.models import Base
 from app.db.schema_objects import is_hand_managed

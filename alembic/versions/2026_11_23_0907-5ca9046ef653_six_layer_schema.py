@@ -8,10 +8,10 @@ Create Date: 2026-11-23 09:07:12.695633
 from collections.abc import Sequence
 
 import sqlalchemy as sa
+from alembic import op
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects import postgresql
 
-from alembic import op
 from app.config import get_settings
 
 LAYER_SCHEMAS = ("working", "episodic", "semantic", "conceptual", "meta")

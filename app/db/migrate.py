@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from alembic import command
 from alembic.config import Config
 
-from alembic import command
 from app.config import PROJECT_ROOT
 from app.db.bootstrap import database_urls
 

@@ -4,7 +4,7 @@ from app.db.base import Base
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
 from app.layers.episodic.models import RawEvent, Session, Turn
 from app.layers.meta.models import AccessPattern, Procedure, Tenant
-from app.layers.semantic.models import Memory
+from app.layers.semantic.models import ExtractionBatch, Memory
 from app.layers.working.models import WorkingSummary
 
 TENANT_TABLES = (
@@ -13,6 +13,7 @@ TENANT_TABLES = (
     Turn,
     RawEvent,
     Memory,
+    ExtractionBatch,
     Entity,
     Relation,
     Mention,

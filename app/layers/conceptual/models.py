@@ -80,7 +80,7 @@ class Relation(Base):
 class Mention(Base):
     __tablename__ = "mentions"
     __table_args__ = (
-        Index("ix_mentions_entity_id", "entity_id"),
+        UniqueConstraint("entity_id", "memory_id"),
         Index("ix_mentions_memory_id", "memory_id"),
         Index("ix_mentions_turn_id", "turn_id"),
         {"schema": "conceptual"},

@@ -9,12 +9,14 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
+    Uuid,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -65,6 +67,13 @@ class Turn(Base):
             postgresql_ops={"content": "gin_trgm_ops"},
         ),
         Index("ix_turns_topics", "topics", postgresql_using="gin"),
+        Index(
+            "ix_turns_unextracted",
+            "tenant_id",
+            "user_id",
+            "occurred_at",
+            postgresql_where=text("extraction_batch_id IS NULL"),
+        ),
         {"schema": "episodic"},
     )
 
@@ -92,6 +101,14 @@ class Turn(Base):
         ARRAY(Text), nullable=False, server_default=text("'{}'")
     )
     stream_entry_id: Mapped[str | None] = mapped_column(String(64))
+    # Attention (set by the salience step): parts, composite, and the competition's outcome.
+    emotional_intensity: Mapped[float | None] = mapped_column(Float)
+    connection_relevance: Mapped[float | None] = mapped_column(Float)
+    novelty: Mapped[float | None] = mapped_column(Float)
+    salience: Mapped[float | None] = mapped_column(Float)
+    attention: Mapped[str | None] = mapped_column(String(16))
+    # The extraction batch that claimed this turn: set once, so a turn is extracted once.
+    extraction_batch_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
 
 
 class RawEvent(Base):

@@ -54,6 +54,13 @@ class Memory(Base):
         ),
         Index("ix_memories_topics", "topics", postgresql_using="gin"),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
+        Index(
+            "ix_memories_current_subject",
+            "tenant_id",
+            "user_id",
+            "subject",
+            postgresql_where=text("valid_to IS NULL AND subject IS NOT NULL"),
+        ),
         {"schema": "semantic"},
     )
 
@@ -90,6 +97,51 @@ class Memory(Base):
         ARRAY(Uuid), nullable=False, server_default=text("'{}'")
     )
     content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    original: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    # Contradiction key: the same subject with another value supersedes this memory.
+    subject: Mapped[str | None] = mapped_column(Text)
+    value: Mapped[str | None] = mapped_column(Text)
+    extractor: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
+    extraction_batch_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    meta: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
     embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = created_at_column()
+
+
+BATCH_STATES = ("claimed", "extracted", "embedded", "stored", "failed")
+
+
+class ExtractionBatch(Base):
+    """One user's turns claimed for extraction, and where the batch is in the pipeline.
+
+    Claimed turns point here (episodic.turns.extraction_batch_id), so a turn is extracted once
+    however many triggers fire; the gems wait here between the extract, embed and store steps.
+    """
+
+    __tablename__ = "extraction_batches"
+    __table_args__ = (
+        CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in BATCH_STATES) + ")", name="state_known"
+        ),
+        Index("ix_extraction_batches_state_updated", "state", "updated_at"),
+        Index("ix_extraction_batches_tenant_user", "tenant_id", "user_id"),
+        {"schema": "semantic"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    trigger: Mapped[str] = mapped_column(String(32), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, server_default="claimed")
+    turn_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    gem_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    gems: Mapped[list[Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = created_at_column()
