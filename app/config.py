@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -60,8 +61,64 @@ class Settings(BaseSettings):
     # L2 episodic.
     session_idle_timeout_s: int = Field(default=1800, ge=1)
 
+    # Attention (app/scoring): composite salience = weighted mean of the three parts (weights
+    # are normalised, so only their ratios matter), then one competition per intervention window.
+    salience_weight_emotional: float = Field(default=0.4, ge=0, le=100)
+    salience_weight_connection: float = Field(default=0.35, ge=0, le=100)
+    salience_weight_novelty: float = Field(default=0.25, ge=0, le=100)
+    attention_window_s: float = Field(
+        default=5.0, gt=0, le=86_400, description="intervention window, anchored at its first turn"
+    )
+    attention_winners_per_window: int = Field(default=1, ge=1, le=1000)
+    attention_consolidate_threshold: float = Field(
+        default=0.55, ge=0, le=1, description="a winner at or above it is tagged for consolidation"
+    )
+    attention_forget_threshold: float = Field(
+        default=0.2, ge=0, le=1, description="a loser below it leaves the awake stream"
+    )
+
+    # Extraction triggers and gem storage.
+    extract_after_turns: int = Field(default=5, ge=1, description="N new turns trigger")
+    extract_idle_s: int = Field(default=900, ge=1, description="idle-timeout trigger")
+    context_window_tokens: int = Field(default=8000, ge=100)
+    extract_context_usage: float = Field(default=0.5, gt=0, le=1, description="L1 usage trigger")
+    extract_max_batch_turns: int = Field(default=200, ge=1)
+    extract_max_attempts: int = Field(default=5, ge=1)
+    extract_retry_after_s: int = Field(default=600, ge=1)
+    dedup_cosine: float = Field(default=0.92, gt=0, le=1)
+    dedup_trigram: float = Field(default=0.3, ge=0, le=1)
+
+    # Extractors (app/extraction): rules offline by default, or an OpenAI-compatible chat model.
+    extractor_backend: Literal["offline", "llm"] = "offline"
+    extract_max_chars: int = Field(
+        default=8000, ge=100, description="longer turns are cut (gems note `truncated`)"
+    )
+    extract_context_tokens: int = Field(
+        default=2000, ge=0, description="earlier turns shown to the extractor, newest kept"
+    )
+    llm_base_url: str = Field(
+        default="https://api.openai.com/v1", description="OpenAI-compatible API, sans /chat"
+    )
+    llm_model: str = Field(default="gpt-4o-mini", description="chat model for the llm backend")
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=3, ge=0, le=10)
+
     # L3 semantic.
     embedding_dim: int = Field(default=384, ge=1, le=16_000)
+    embedding_backend: Literal["local", "openai"] = "local"
+    embedding_base_url: str = Field(
+        default="https://api.openai.com/v1", description="OpenAI-compatible API, sans /embeddings"
+    )
+    embedding_model: str = Field(
+        default="text-embedding-3-small", description="model name sent to the openai backend"
+    )
+    embedding_api_key: SecretStr | None = None
+    embedding_timeout_s: float = Field(default=30.0, gt=0)
+    embedding_cache_ttl_s: int = Field(default=7 * 86_400, ge=1)
+    embedding_threads: int = Field(
+        default=1, ge=1, le=64, description="onnxruntime intra-op threads of the local model"
+    )
 
     # Celery.
     task_time_limit_s: int = Field(default=600, ge=1)
@@ -85,6 +142,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "ENGRAM_WORKING_FLUSH_MARGIN_S must be below ENGRAM_WORKING_IDLE_TTL_S"
             )
+        if (
+            self.salience_weight_emotional
+            + self.salience_weight_connection
+            + self.salience_weight_novelty
+            <= 0
+        ):
+            raise ValueError("ENGRAM_SALIENCE_WEIGHT_* must not all be zero")
         return self
 
     @property

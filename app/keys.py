@@ -56,6 +56,11 @@ class RedisKeys:
         """Recent XADD → acked lags in ms (last 100k), for operators and the benchmark."""
         return f"{self.prefix}:metrics:ingest_lag_ms"
 
+    def salience_stream(self) -> str:
+        """Turns that won attention and await consolidation (read by the dream cycle);
+        capped at SALIENCE_STREAM_MAX_LEN entries (~) until that consumer exists."""
+        return f"{self.prefix}:salience"
+
     # L1 working memory, per tenant and user.
     def _user(self, tenant_id: str, user_id: str) -> str:
         # `|` cannot occur in tenant or user ids (see IDENTIFIER), so no two pairs share a key.
@@ -77,6 +82,11 @@ class RedisKeys:
         """Index of users with live working memory, scored by last activity; entries are
         removed when their summary is flushed, so it stays as small as the active set."""
         return f"{self.prefix}:wm:active"
+
+    # Embedding cache (see app/embedding/cache.py).
+    def embedding_cache(self, digest: str) -> str:
+        """One vector (float32 bytes); expires after ENGRAM_EMBEDDING_CACHE_TTL_S."""
+        return f"{self.prefix}:emb:{digest}"
 
     # Celery delivery counting (see workers/base.py).
     def dead_tasks(self) -> str:

@@ -15,6 +15,14 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "task": "engram.maintenance.flush_working_memory",
             "schedule": 300.0,
         },
+        "extract-idle-users": {
+            "task": "engram.extract.sweep_idle",
+            "schedule": 60.0,
+        },
+        "retry-stale-extractions": {
+            "task": "engram.extract.retry_stale",
+            "schedule": 300.0,
+        },
         "close-idle-sessions": {
             "task": "engram.maintenance.close_idle_sessions",
             "schedule": 300.0,

@@ -29,7 +29,7 @@ from click import Option
 
 from app.config import get_settings
 from app.redis_client import get_redis
-from app.services.ingest import IngestService
+from app.services.ingest import IngestResult, IngestService
 from app.streams.consumer import StreamConsumer
 from workers.queues import INGEST
 
@@ -46,6 +46,18 @@ def add_worker_options(app: Celery) -> None:
             "0 disables). Only workers serving the 'ingest' queue consume.",
         )
     )
+
+
+def dispatch_scoring(result: IngestResult) -> None:
+    """After commit, before ack: one scoring task per ingest batch (never per turn). If the
+    send fails the batch is not acked, and its replay dispatches again."""
+    if result.turn_users:
+        from workers.celery_app import app
+
+        app.send_task(
+            "engram.extract.score_turns",
+            args=[{tenant: sorted(users) for tenant, users in result.turn_users.items()}],
+        )
 
 
 def consumer_name(index: int) -> str:
@@ -76,7 +88,9 @@ class StreamConsumerStep(bootsteps.StartStopStep):
             consumer = StreamConsumer(
                 client=client,
                 settings=settings,
-                handler=IngestService(client=client, settings=settings),
+                handler=IngestService(
+                    client=client, settings=settings, on_committed=dispatch_scoring
+                ),
                 name=consumer_name(index),
             )
             thread = threading.Thread(

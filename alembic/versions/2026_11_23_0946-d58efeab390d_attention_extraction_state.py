@@ -104,6 +104,14 @@ def upgrade() -> None:
         "turns", sa.Column("extraction_batch_id", sa.Uuid(), nullable=True), schema="episodic"
     )
     op.create_index(
+        "ix_turns_unscored",
+        "turns",
+        ["tenant_id", "user_id", "occurred_at"],
+        unique=False,
+        schema="episodic",
+        postgresql_where=sa.text("salience IS NULL"),
+    )
+    op.create_index(
         "ix_turns_unextracted",
         "turns",
         ["tenant_id", "user_id", "occurred_at"],
@@ -147,6 +155,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_turns_unscored", table_name="turns", schema="episodic")
     op.drop_index(
         "ix_memories_current_subject",
         table_name="memories",

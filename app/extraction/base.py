@@ -50,3 +50,16 @@ class Extractor(Protocol):
     def extract(
         self, *, batch: Sequence[SourceTurn], context: Sequence[SourceTurn]
     ) -> list[Gem]: ...
+
+
+def gem_to_dict(gem: Gem) -> dict[str, object]:
+    """JSON-ready form, for gems waiting in an extraction batch between pipeline steps."""
+    data = dict(vars(gem))
+    data["occurred_at"] = gem.occurred_at.isoformat()
+    return data
+
+
+def gem_from_dict(data: dict[str, object]) -> Gem:
+    values = dict(data)
+    values["occurred_at"] = datetime.fromisoformat(str(values["occurred_at"]))
+    return Gem(**values)  # type: ignore[arg-type]

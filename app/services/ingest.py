@@ -40,6 +40,9 @@ class IngestResult:
     events_inserted: int = 0
     # (tenant, user) → ids of turns stored by this batch (not the replayed ones).
     new_turns: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # tenant → every user with a turn in the batch, replays included: what follows (scoring)
+    # picks the users' unscored turns itself, so a replay after a lost dispatch still counts.
+    turn_users: dict[str, set[str]] = field(default_factory=dict)
 
 
 def user_lock_key(tenant_id: str, user_id: str) -> int:
@@ -195,6 +198,7 @@ class IngestService:
             counts[session_id] += 1
         episodic.add_turn_counts(session=session, counts=dict(counts))
         result.turns_seen += len(turns)
+        result.turn_users.setdefault(tenant_id, set()).update(users)
         result.turns_inserted += len(inserted)
         user_of = {ev.id: ev.user_id for _, ev in turns}
         for turn_id, _ in inserted:

@@ -74,6 +74,13 @@ class Turn(Base):
             "occurred_at",
             postgresql_where=text("extraction_batch_id IS NULL"),
         ),
+        Index(
+            "ix_turns_unscored",
+            "tenant_id",
+            "user_id",
+            "occurred_at",
+            postgresql_where=text("salience IS NULL"),
+        ),
         {"schema": "episodic"},
     )
 

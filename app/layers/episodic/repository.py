@@ -213,3 +213,142 @@ def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime)
         .values(closed_at=func.now())
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+_SAVE_ATTENTION = text(
+    "UPDATE episodic.turns AS t SET emotional_intensity = r.emotional_intensity,"
+    " connection_relevance = r.connection_relevance, novelty = r.novelty,"
+    " salience = r.salience, attention = r.attention"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, emotional_intensity float8,"
+    " connection_relevance float8, novelty float8, salience float8, attention text)"
+    " WHERE t.id = r.id"
+)
+
+
+def save_attention(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Store salience parts and the attention outcome of scored turns (one statement)."""
+    if rows:
+        session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows)})
+
+
+def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
+    """Turns by id (under the current tenant scope), oldest first."""
+    if not turn_ids:
+        return []
+    return list(
+        session.execute(
+            text(
+                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
+                " occurred_at FROM episodic.turns WHERE id = ANY(CAST(:ids AS uuid[]))"
+                " ORDER BY occurred_at, id"
+            ),
+            {"ids": list(turn_ids)},
+        )
+    )
+
+
+def unextracted_counts(
+    *, session: DbSession, tenant_id: str, user_ids: Sequence[str]
+) -> dict[str, tuple[int, datetime]]:
+    """user → (turns not yet claimed for extraction, last arrival) for these users."""
+    rows = session.execute(
+        text(
+            "SELECT user_id, count(*), max(received_at) FROM episodic.turns"
+            " WHERE tenant_id = :tenant AND user_id = ANY(:users)"
+            " AND extraction_batch_id IS NULL GROUP BY user_id"
+        ),
+        {"tenant": tenant_id, "users": list(user_ids)},
+    )
+    return {r[0]: (int(r[1]), r[2]) for r in rows}
+
+
+def idle_unextracted_users(
+    *, session: DbSession, tenant_id: str, idle_before: datetime, limit: int
+) -> list[str]:
+    """Users with unclaimed turns whose newest turn arrived before `idle_before`."""
+    rows = session.execute(
+        text(
+            "SELECT user_id FROM episodic.turns WHERE tenant_id = :tenant"
+            " AND extraction_batch_id IS NULL GROUP BY user_id"
+            " HAVING max(received_at) < :before ORDER BY min(received_at) LIMIT :limit"
+        ),
+        {"tenant": tenant_id, "before": idle_before, "limit": limit},
+    )
+    return [r[0] for r in rows]
+
+
+def claim_turns(
+    *, session: DbSession, tenant_id: str, user_id: str, batch_id: uuid.UUID, limit: int
+) -> list[uuid.UUID]:
+    """Claim up to `limit` oldest unclaimed turns of a user for one extraction batch.
+
+    `FOR UPDATE SKIP LOCKED` plus the `IS NULL` re-check make racing triggers claim disjoint
+    sets: a turn is extracted exactly once however many triggers fire together.
+    """
+    rows = session.execute(
+        text(
+            "UPDATE episodic.turns SET extraction_batch_id = :batch WHERE id IN ("
+            " SELECT id FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
+            " AND extraction_batch_id IS NULL ORDER BY occurred_at, id LIMIT :limit"
+            " FOR UPDATE SKIP LOCKED) AND extraction_batch_id IS NULL RETURNING id"
+        ),
+        {"batch": batch_id, "tenant": tenant_id, "user": user_id, "limit": limit},
+    )
+    return [r[0] for r in rows]
+
+
+def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
+    return list(
+        session.execute(
+            text(
+                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
+                " occurred_at FROM episodic.turns WHERE extraction_batch_id = :batch"
+                " ORDER BY occurred_at, id"
+            ),
+            {"batch": batch_id},
+        )
+    )
+
+
+def context_before(
+    *, session: DbSession, tenant_id: str, user_id: str, before: datetime, limit: int
+) -> list[Any]:
+    """The user's turns just before `before` (newest first), for the extractor to read."""
+    return list(
+        session.execute(
+            text(
+                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
+                " occurred_at FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
+                " AND occurred_at < :before ORDER BY occurred_at DESC LIMIT :limit"
+            ),
+            {"tenant": tenant_id, "user": user_id, "before": before, "limit": limit},
+        )
+    )
+
+
+def lock_unscored(
+    *, session: DbSession, tenant_id: str, user_ids: Sequence[str], limit: int
+) -> list[Any]:
+    """Turns of these users not scored yet, locked for this transaction (others skip them)."""
+    return list(
+        session.execute(
+            text(
+                "SELECT id, user_id, content, occurred_at FROM episodic.turns"
+                " WHERE tenant_id = :tenant AND user_id = ANY(:users) AND salience IS NULL"
+                " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+            ),
+            {"tenant": tenant_id, "users": list(user_ids), "limit": limit},
+        )
+    )
+
+
+def batch_salience(*, session: DbSession, batch_id: uuid.UUID) -> dict[str, tuple[float, float]]:
+    """turn id → (emotional intensity, salience) for the turns of an extraction batch."""
+    rows = session.execute(
+        text(
+            "SELECT id, coalesce(emotional_intensity, 0), coalesce(salience, 0)"
+            " FROM episodic.turns WHERE extraction_batch_id = :batch"
+        ),
+        {"batch": batch_id},
+    )
+    return {str(r[0]): (float(r[1]), float(r[2])) for r in rows}

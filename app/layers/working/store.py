@@ -229,6 +229,11 @@ class WorkingMemoryStore:
             turns_summarised=int(fields.get("turns_summarised", 0)),
         )
 
+    def token_count(self, tenant_id: str, user_id: str) -> int:
+        """Tokens in the user's working window: the context-usage trigger reads only this."""
+        value = self.client.hget(self.keys.working_state(tenant_id, user_id), "token_count")
+        return int(value or 0)
+
     def idle_users(self, older_than_s: float, limit: int = 1000) -> list[tuple[str, str]]:
         """Users whose working memory has been idle longer than `older_than_s`."""
         cutoff = time.time() - older_than_s

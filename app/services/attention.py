@@ -1,0 +1,135 @@
+"""Attention: score new turns for salience, let them compete, tag winners for consolidation.
+
+Runs per ingest batch (never per turn): the unscored turns of the batch's users are locked,
+embedded in one call, compared with each user's memories in one query, scored, and settled in
+one UPDATE. Winners above the consolidation threshold go to the salience stream; losers below
+the forget threshold are marked `forget` (they leave the awake path; the raw turn stays in L2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.embedding.base import Embedder
+from app.keys import RedisKeys
+from app.layers.conceptual.repository import known_terms
+from app.layers.episodic import repository as episodic
+from app.layers.semantic.repository import max_similarity_per_vector
+from app.scoring.attention import Candidate, compete
+from app.scoring.salience import SalienceWeights, score_turn
+
+SALIENCE_STREAM_MAX_LEN = 1_000_000
+EMBED_CHARS = 2000  # the model reads 256 tokens; more text only costs tokenizer time
+SCORE_LIMIT = 5000
+
+
+@dataclass
+class ScoredBatch:
+    scored: int = 0
+    consolidate: int = 0
+    forget: int = 0
+
+
+def weights(settings: Settings) -> SalienceWeights:
+    return SalienceWeights(
+        emotional=settings.salience_weight_emotional,
+        connection=settings.salience_weight_connection,
+        novelty=settings.salience_weight_novelty,
+    )
+
+
+def score_users(
+    *,
+    settings: Settings,
+    client: redis.Redis,
+    embedder: Embedder,
+    tenant_id: str,
+    user_ids: Sequence[str],
+) -> ScoredBatch:
+    """Score every unscored turn of these users (idempotent: scored turns are skipped)."""
+    result = ScoredBatch()
+    with unit_of_work(tenant_id) as session:
+        turns = episodic.lock_unscored(
+            session=session, tenant_id=tenant_id, user_ids=user_ids, limit=SCORE_LIMIT
+        )
+        if not turns:
+            return result
+        rows, winners = _score(session, settings, embedder, tenant_id, turns)
+        episodic.save_attention(session=session, rows=rows)
+    result.scored = len(rows)
+    result.consolidate = len(winners)
+    result.forget = sum(1 for r in rows if r["attention"] == "forget")
+    if winners:
+        keys = RedisKeys.from_settings(settings)
+        pipe = client.pipeline(transaction=False)
+        for row in winners:
+            pipe.xadd(
+                keys.salience_stream(),
+                {
+                    "tenant_id": tenant_id,
+                    "user_id": row["user_id"],
+                    "turn_id": str(row["id"]),
+                    "salience": f"{row['salience']:.4f}",
+                    "emotional_intensity": f"{row['emotional_intensity']:.4f}",
+                },
+                maxlen=SALIENCE_STREAM_MAX_LEN,
+                approximate=True,
+            )
+        pipe.execute()
+    return result
+
+
+def _score(
+    session: Session,
+    settings: Settings,
+    embedder: Embedder,
+    tenant_id: str,
+    turns: list,  # type: ignore[type-arg]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    users = sorted({t.user_id for t in turns})
+    known = known_terms(session=session, tenant_id=tenant_id, user_ids=users)
+    vectors = embedder.embed([t.content[:EMBED_CHARS] for t in turns])
+    similar = max_similarity_per_vector(
+        session=session,
+        tenant_id=tenant_id,
+        user_ids=[t.user_id for t in turns],
+        vectors=vectors,
+    )
+    w = weights(settings)
+    scores = {
+        str(t.id): score_turn(t.content, known.get(t.user_id, []), sim, w)
+        for t, sim in zip(turns, similar, strict=True)
+    }
+    outcome = compete(
+        [
+            Candidate(str(t.id), tenant_id, t.user_id, t.occurred_at, scores[str(t.id)].composite)
+            for t in turns
+        ],
+        window_s=settings.attention_window_s,
+        consolidate_threshold=settings.attention_consolidate_threshold,
+        forget_threshold=settings.attention_forget_threshold,
+    )
+    verdict = {c.turn_id: "consolidate" for c in outcome.consolidate}
+    verdict.update({c.turn_id: "forget" for c in outcome.forget})
+    rows: list[dict[str, object]] = []
+    for t in turns:
+        score = scores[str(t.id)]
+        rows.append(
+            {
+                "id": t.id,
+                "user_id": t.user_id,
+                "emotional_intensity": score.emotional,
+                "connection_relevance": score.connection,
+                "novelty": score.novelty,
+                "salience": score.composite,
+                "attention": verdict.get(str(t.id), "keep"),
+            }
+        )
+    winners = [r for r in rows if r["attention"] == "consolidate"]
+    return rows, winners

@@ -1,0 +1,275 @@
+"""From turns to memories: triggers claim batches; extract → embed → store runs per batch.
+
+A batch is one user's claimed turns. Claiming marks the turns (episodic.turns
+.extraction_batch_id) with `FOR UPDATE SKIP LOCKED`, so whichever triggers fire, and however
+many workers race, every turn is extracted exactly once. Each step checks the batch's state
+before doing anything, so a redelivered or retried step is a no-op; a failing batch records
+its error and attempts and never stops the other users' batches; beat retries it later.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.embedding.base import Embedder
+from app.extraction.base import Extractor, Gem, SourceTurn, gem_from_dict, gem_to_dict
+from app.layers.conceptual.service import record_entities
+from app.layers.episodic import repository as episodic
+from app.layers.meta.repository import list_tenants
+from app.layers.semantic import repository as semantic
+from app.layers.semantic.service import store_gems
+from app.layers.working.store import WorkingMemoryStore
+from app.text.tokens import count_tokens
+
+_log = logging.getLogger(__name__)
+
+BatchRef = tuple[str, str]  # (tenant id, batch id) — what tasks pass around
+CONTEXT_TURNS = 50
+
+
+@dataclass(frozen=True)
+class StepReport:
+    done: int = 0
+    skipped: int = 0
+    failed: int = 0
+    gems: int = 0
+
+
+def _source(row: Any) -> SourceTurn:
+    return SourceTurn(
+        id=str(row.id),
+        external_id=row.external_id,
+        role=row.role,
+        speaker=row.speaker or row.role,
+        content=row.content,
+        channel=row.channel,
+        at=row.occurred_at,
+    )
+
+
+# -- triggers ------------------------------------------------------------------------------
+
+
+def claim(settings: Settings, tenant_id: str, triggers: dict[str, str]) -> list[BatchRef]:
+    """Claim a batch for each user → trigger; users with nothing left to claim get none."""
+    refs: list[BatchRef] = []
+    with unit_of_work(tenant_id) as session:
+        for user_id, trigger in sorted(triggers.items()):
+            batch_id = uuid.uuid4()
+            claimed = episodic.claim_turns(
+                session=session,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                batch_id=batch_id,
+                limit=settings.extract_max_batch_turns,
+            )
+            if not claimed:
+                continue
+            semantic.create_batch(
+                session=session,
+                batch_id=batch_id,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                trigger=trigger,
+            )
+            semantic.set_batch_turn_count(session=session, batch_id=batch_id, count=len(claimed))
+            refs.append((tenant_id, str(batch_id)))
+    return refs
+
+
+def due_triggers(
+    settings: Settings, store: WorkingMemoryStore, tenant_id: str, user_ids: Sequence[str]
+) -> dict[str, str]:
+    """Users whose unclaimed turns reached N, or whose working memory is filling up."""
+    with unit_of_work(tenant_id) as session:
+        counts = episodic.unextracted_counts(
+            session=session, tenant_id=tenant_id, user_ids=user_ids
+        )
+    due: dict[str, str] = {}
+    for user_id, (count, _) in counts.items():
+        if count >= settings.extract_after_turns:
+            due[user_id] = "turns"
+            continue
+        memory = store.token_count(tenant_id, user_id)
+        if memory >= settings.extract_context_usage * settings.context_window_tokens:
+            due[user_id] = "context"
+    return due
+
+
+def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[BatchRef]:
+    """The idle-timeout trigger, for beat: users silent for `extract_idle_s` with leftovers."""
+    before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_idle_s)
+    with unit_of_work() as session:
+        tenants = list_tenants(session=session)
+    refs: list[BatchRef] = []
+    for tenant_id in tenants:
+        with unit_of_work(tenant_id) as session:
+            users = episodic.idle_unextracted_users(
+                session=session, tenant_id=tenant_id, idle_before=before, limit=1000
+            )
+        if users:
+            refs += claim(settings, tenant_id, dict.fromkeys(users, "idle"))
+    return refs
+
+
+def stale_batches(settings: Settings, *, now: datetime | None = None) -> list[BatchRef]:
+    """Batches that failed or stalled, for beat to run through the chain again."""
+    before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_retry_after_s)
+    with unit_of_work() as session:
+        tenants = list_tenants(session=session)
+    refs: list[BatchRef] = []
+    for tenant_id in tenants:
+        with unit_of_work(tenant_id) as session:
+            rows = semantic.stale_batches(
+                session=session, older_than=before, max_attempts=settings.extract_max_attempts
+            )
+        refs += [(tenant_id, str(r.id)) for r in rows]
+    return refs
+
+
+# -- the three steps -----------------------------------------------------------------------
+
+
+def _fail(settings: Settings, ref: BatchRef, exc: BaseException) -> None:
+    _log.exception("extraction batch %s failed", ref[1])
+    with unit_of_work(ref[0]) as session:
+        semantic.record_failure(
+            session=session,
+            batch_id=uuid.UUID(ref[1]),
+            error=f"{type(exc).__name__}: {exc}",
+            max_attempts=settings.extract_max_attempts,
+        )
+
+
+def _context(settings: Settings, rows: list[Any]) -> list[SourceTurn]:
+    """Newest context first until the token cap, returned oldest first."""
+    kept: list[SourceTurn] = []
+    budget = settings.extract_context_tokens
+    for row in rows:
+        cost = count_tokens(row.content)
+        if cost > budget:
+            break
+        budget -= cost
+        kept.append(_source(row))
+    return list(reversed(kept))
+
+
+def extract(settings: Settings, extractor: Extractor, refs: Sequence[BatchRef]) -> StepReport:
+    done = skipped = failed = gems = 0
+    for ref in refs:
+        try:
+            batch_id = uuid.UUID(ref[1])
+            with unit_of_work(ref[0]) as session:
+                batch = semantic.get_batch(session=session, batch_id=batch_id)
+                if batch is None or batch.state != "claimed":
+                    skipped += 1
+                    continue
+                turns = [
+                    _source(r) for r in episodic.batch_turns(session=session, batch_id=batch_id)
+                ]
+                context_rows = (
+                    episodic.context_before(
+                        session=session,
+                        tenant_id=ref[0],
+                        user_id=batch.user_id,
+                        before=turns[0].at,
+                        limit=CONTEXT_TURNS,
+                    )
+                    if turns
+                    else []
+                )
+            found = extractor.extract(batch=turns, context=_context(settings, context_rows))
+            for gem in found:
+                gem.metadata.setdefault("extractor", extractor.name)
+            with unit_of_work(ref[0]) as session:
+                current = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
+                if current is None or current.state != "claimed":
+                    skipped += 1
+                    continue
+                semantic.advance_batch(
+                    session=session,
+                    batch_id=batch_id,
+                    state="extracted",
+                    gems=[gem_to_dict(g) for g in found],
+                )
+            done += 1
+            gems += len(found)
+        except Exception as exc:  # one user's batch must not stop the others
+            failed += 1
+            _fail(settings, ref, exc)
+    return StepReport(done, skipped, failed, gems)
+
+
+def _gems(batch: Any) -> list[Gem]:
+    return [gem_from_dict(g) for g in batch.gems]
+
+
+def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
+    """Embed the gems of every extracted batch in one call (the cache keeps the vectors)."""
+    ready: list[tuple[BatchRef, list[Gem]]] = []
+    skipped = 0
+    for ref in refs:
+        with unit_of_work(ref[0]) as session:
+            batch = semantic.get_batch(session=session, batch_id=uuid.UUID(ref[1]))
+        if batch is None or batch.state != "extracted":
+            skipped += 1
+            continue
+        ready.append((ref, _gems(batch)))
+    texts = [g.content for _, gems in ready for g in gems]
+    if texts:
+        embedder.embed(texts)
+    for ref, _ in ready:
+        with unit_of_work(ref[0]) as session:
+            semantic.advance_batch(session=session, batch_id=uuid.UUID(ref[1]), state="embedded")
+    return StepReport(done=len(ready), skipped=skipped, gems=len(texts))
+
+
+def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
+    """Gems → L3 (dedupe, reinforce, supersede) and L4 (entities), one transaction per batch."""
+    done = skipped = failed = gems = 0
+    for ref in refs:
+        try:
+            batch_id = uuid.UUID(ref[1])
+            with unit_of_work(ref[0]) as session:
+                batch = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
+                if batch is None or batch.state not in ("extracted", "embedded"):
+                    skipped += 1
+                    continue
+                found = _gems(batch)
+                vectors = embedder.embed([g.content for g in found]) if found else []
+                sessions = {
+                    str(r.id): r.session_id
+                    for r in episodic.batch_turns(session=session, batch_id=batch_id)
+                }
+                stored = store_gems(
+                    session=session,
+                    settings=settings,
+                    tenant_id=ref[0],
+                    user_id=batch.user_id,
+                    batch_id=batch_id,
+                    extractor=str(found[0].metadata.get("extractor", "")) if found else "",
+                    gems=found,
+                    vectors=vectors,
+                    turn_scores=episodic.batch_salience(session=session, batch_id=batch_id),
+                    session_of_turn=sessions,
+                )
+                record_entities(
+                    session=session,
+                    tenant_id=ref[0],
+                    user_id=batch.user_id,
+                    memories=stored.created,
+                )
+                semantic.advance_batch(session=session, batch_id=batch_id, state="stored")
+            done += 1
+            gems += len(stored.created)
+        except Exception as exc:  # one user's batch must not stop the others
+            failed += 1
+            _fail(settings, ref, exc)
+    return StepReport(done, skipped, failed, gems)

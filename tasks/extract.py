@@ -1,0 +1,101 @@
+"""Extraction entry points. Chained per batch of users, never per turn:
+
+    ingest batch committed → score_turns (extract queue) → extract_batches (extract)
+      → embed_batches (embed) → store_batches (extract)
+
+Only (tenant, batch id) pairs travel in messages; every step re-reads its batch and checks
+its state, so a redelivered message changes nothing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from app.embedding.factory import check_dimension, get_embedder
+from app.extraction.factory import get_extractor
+from celery import chain
+
+from app.config import get_settings
+from app.embedding.base import Embedder
+from app.extraction.base import Extractor
+from app.layers.working.store import WorkingMemoryStore
+from app.redis_client import get_redis
+from app.services import extraction
+from app.services.attention import score_users
+from workers.base import engram_task
+
+
+@lru_cache(maxsize=1)
+def _embedder() -> Embedder:
+    settings = get_settings()
+    embedder = get_embedder(settings, get_redis(settings))
+    check_dimension(embedder, settings)
+    return embedder
+
+
+@lru_cache(maxsize=1)
+def _extractor() -> Extractor:
+    return get_extractor(get_settings())
+
+
+def run_chain(refs: list[extraction.BatchRef]) -> None:
+    """Queue extract → embed → store for these batches (a no-op for none)."""
+    if refs:
+        pairs = [list(ref) for ref in refs]
+        chain(
+            extract_batches.si(pairs), embed_batches.si(pairs), store_batches.si(pairs)
+        ).apply_async()
+
+
+@engram_task("engram.extract.score_turns")
+def score_turns(users_by_tenant: dict[str, list[str]]) -> int:
+    """Salience and attention for the new turns of these users, then the N-turns and
+    context-usage triggers."""
+    settings = get_settings()
+    client = get_redis(settings)
+    store = WorkingMemoryStore(client, settings)
+    scored = 0
+    for tenant_id, users in sorted(users_by_tenant.items()):
+        scored += score_users(
+            settings=settings,
+            client=client,
+            embedder=_embedder(),
+            tenant_id=tenant_id,
+            user_ids=users,
+        ).scored
+        due = extraction.due_triggers(settings, store, tenant_id, users)
+        if due:
+            run_chain(extraction.claim(settings, tenant_id, due))
+    return scored
+
+
+@engram_task("engram.extract.extract_batches")
+def extract_batches(refs: list[list[str]]) -> int:
+    report = extraction.extract(get_settings(), _extractor(), [(t, b) for t, b in refs])
+    return report.done
+
+
+@engram_task("engram.embed.batches")
+def embed_batches(refs: list[list[str]]) -> int:
+    return extraction.embed(get_settings(), _embedder(), [(t, b) for t, b in refs]).done
+
+
+@engram_task("engram.extract.store_batches")
+def store_batches(refs: list[list[str]]) -> int:
+    return extraction.store(get_settings(), _embedder(), [(t, b) for t, b in refs]).done
+
+
+@engram_task("engram.extract.sweep_idle")
+def sweep_idle() -> int:
+    """Beat: the idle-timeout trigger."""
+    refs = extraction.idle_batches(get_settings())
+    run_chain(refs)
+    return len(refs)
+
+
+@engram_task("engram.extract.retry_stale")
+def retry_stale() -> int:
+    """Beat: batches that failed or stalled go through the (idempotent) chain again."""
+    refs = extraction.stale_batches(get_settings())
+    run_chain(refs)
+    return len(refs)
