@@ -56,6 +56,10 @@ class RedisKeys:
         """Recent XADD → acked lags in ms (last 100k), for operators and the benchmark."""
         return f"{self.prefix}:metrics:ingest_lag_ms"
 
+    def embedded_count(self) -> str:
+        """Texts embedded by the model (cache misses) across workers; expires with the cache."""
+        return f"{self.prefix}:metrics:embedded"
+
     def salience_stream(self) -> str:
         """Turns that won attention and await consolidation (read by the dream cycle);
         capped at SALIENCE_STREAM_MAX_LEN entries (~) until that consumer exists."""

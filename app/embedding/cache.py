@@ -89,6 +89,9 @@ class CachedEmbedder:
             pipe = self.client.pipeline(transaction=False)
             for key, array in items:
                 pipe.set(key, array.astype(_FLOAT32, copy=False).tobytes(), ex=self.ttl_s)
+            # Fleet-wide count of texts the model really embedded (operators, benchmarks).
+            pipe.incrby(self.keys.embedded_count(), len(items))
+            pipe.expire(self.keys.embedded_count(), self.ttl_s)
             pipe.execute()
         except redis.RedisError as exc:
             _log.warning("embedding cache write failed (vectors still returned): %s", exc)

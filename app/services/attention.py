@@ -114,6 +114,7 @@ def _score(
         window_s=settings.attention_window_s,
         consolidate_threshold=settings.attention_consolidate_threshold,
         forget_threshold=settings.attention_forget_threshold,
+        winners_per_window=settings.attention_winners_per_window,
     )
     verdict = {c.turn_id: "consolidate" for c in outcome.consolidate}
     verdict.update({c.turn_id: "forget" for c in outcome.forget})

@@ -1,0 +1,228 @@
+"""Extraction benchmark: turns → salience → extraction → embedding → L3/L4 with real workers.
+
+Starts N `celery worker` processes serving ingest, extract and embed, pushes a synthetic but
+varied conversation (preferences that change, decisions, todos, facts, small talk) for many
+users, and waits until every turn is claimed by an extraction batch and every batch is stored
+(the idle trigger is fired at the end for each user's leftover turns). Peak RSS is sampled per
+worker process tree. Own database (`engram_bench_extract`) and Redis prefix.
+
+Last line: `extract turns_per_s=<N> gems_per_s=<N> embed_per_s=<N> embeds_per_turn=<N> rss_mb=<N>`
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_extract")
+
+import psutil  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+
+from app.cli.supervisor import ensure_services, worker_command  # noqa: E402
+from app.config import PROJECT_ROOT, get_settings  # noqa: E402
+from app.db import bootstrap  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.db.session import owner_engine  # noqa: E402
+from app.keys import RedisKeys  # noqa: E402
+from app.redis_client import get_redis  # noqa: E402
+from app.streams.producer import EventProducer  # noqa: E402
+
+PEOPLE = ["Bruno", "Chiara", "Dmitri", "Esther", "Farid", "Greta", "Hiro", "Ines"]
+TOOLS = ["Postgres", "Redis", "Kubernetes", "Terraform", "Grafana", "Kafka", "FastAPI", "React"]
+CITIES = ["Lisbon", "Porto", "Berlin", "Kyoto", "Austin", "Nairobi", "Lima", "Oslo"]
+SEATS = ["aisle", "window"]
+
+
+def line(n: int, user: int) -> tuple[str, str]:
+    """(role, content) of turn n: a deterministic mix of what agents hear all day."""
+    p, t, c = PEOPLE[(n + user) % 8], TOOLS[(n * 3 + user) % 8], CITIES[(n * 5 + user) % 8]
+    kind = n % 10
+    if kind == 0:
+        return "user", f"I prefer {SEATS[(n // 10 + user) % 2]} seats when I fly to {c}."
+    if kind == 1:
+        return "assistant", "Noted, I'll keep that in mind."
+    if kind == 2:
+        return "user", f"We decided to migrate the billing service from {t} next quarter."
+    if kind == 3:
+        return "user", f"Remind me to send {p} the {c} offsite budget by Friday."
+    if kind == 4:
+        return "user", f"{p} works at the {c} office and uses {t} every day."
+    if kind == 5:
+        return "user", "ok thanks, sounds good"
+    if kind == 6:
+        return "user", f"My goal is to cut the {t} bill by {10 + n % 40} percent this year."
+    if kind == 7:
+        return "assistant", f"The {t} cluster in {c} had {n % 7 + 2} incidents last month."
+    if kind == 8:
+        return "user", f"I'm really worried about the {c} launch deadline, it's urgent!"
+    return "user", f"Yesterday {p} met the {t} vendor in {c} about turn {n}."
+
+
+def make_turns(tenant: str, turns: int, users: int) -> list[dict[str, object]]:
+    base = datetime(2026, 2, 1, tzinfo=UTC)
+    events = []
+    for n in range(turns):
+        user = n % users
+        role, content = line(n // users, user)
+        events.append(
+            {
+                "type": "turn",
+                "tenant_id": tenant,
+                "user_id": f"user-{user}",
+                "role": role,
+                "speaker": f"User{user}" if role == "user" else "Assistant",
+                "content": content,
+                "external_id": f"x-{n}",
+                "channel": "web",
+                "timestamp": (base + timedelta(seconds=n)).isoformat(),
+            }
+        )
+    return events
+
+
+def rss_mb(process: subprocess.Popen[bytes]) -> float:
+    try:
+        root = psutil.Process(process.pid)
+        tree = [root, *root.children(recursive=True)]
+        return sum(p.memory_info().rss for p in tree) / 2**20
+    except psutil.Error:
+        return 0.0
+
+
+def progress(engine, tenant: str) -> tuple[int, int, int, int]:  # type: ignore[no-untyped-def]
+    """(turns, claimed turns, batches not stored, memories) of the tenant."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM episodic.turns WHERE tenant_id = :t),"
+                " (SELECT count(*) FROM episodic.turns WHERE tenant_id = :t"
+                "  AND extraction_batch_id IS NOT NULL),"
+                " (SELECT count(*) FROM semantic.extraction_batches WHERE tenant_id = :t"
+                "  AND state NOT IN ('stored', 'failed')),"
+                " (SELECT count(*) FROM semantic.memories WHERE tenant_id = :t)"
+            ),
+            {"t": tenant},
+        ).one()
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=20_000)
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=2, help="task threads per worker")
+    args = parser.parse_args()
+
+    base = get_settings()
+    started_here = False
+    if not base.database_url:
+        from app.embedded import postgres as embedded_postgres
+
+        started_here = embedded_postgres.ensure_running(base.data_dir).started_here
+        bootstrap.drop_database(base.database_name, base)
+    services = ensure_services(base)
+    services.started_postgres = services.started_postgres or started_here
+    upgrade()
+    client = get_redis(base)
+    run = uuid.uuid4().hex[:8]
+    settings = base.model_copy(update={"redis_prefix": f"benchx-{run}"})
+    keys = RedisKeys.from_settings(settings)
+    env = {
+        **os.environ,
+        "ENGRAM_REDIS_PREFIX": settings.redis_prefix,
+        "ENGRAM_DATABASE_NAME": settings.database_name,
+    }
+    # The prefix separates Engram's own keys; Celery's queues are the broker's usual ones.
+    workers = [
+        subprocess.Popen(
+            worker_command(
+                queues=("ingest", "extract", "embed"), concurrency=args.concurrency, consumers=1
+            ),
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(args.workers)
+    ]
+    engine = owner_engine(settings)
+    tenant = f"benchx-{run}"
+    peak = 0.0
+    try:
+        deadline = time.monotonic() + 60
+        while sum(1 for _ in client.scan_iter(match=keys.consumer_heartbeats())) < args.workers:
+            if time.monotonic() > deadline:
+                raise SystemExit("workers did not start")
+            time.sleep(0.1)
+        events = make_turns(tenant, args.turns, args.users)
+        producer = EventProducer(client, settings)
+        started = time.perf_counter()
+        for start in range(0, len(events), 1000):
+            producer.send_many(events[start : start + 1000])
+        swept = False
+        deadline = time.monotonic() + 1800
+        while True:
+            peak = max(peak, max(rss_mb(w) for w in workers))
+            turns, claimed, open_batches, _ = progress(engine, tenant)
+            if turns == args.turns and claimed == turns and open_batches == 0:
+                break
+            if turns == args.turns and open_batches == 0 and not swept:
+                # Only leftovers below the N-turn trigger remain: fire the idle trigger now.
+                from app.services.extraction import idle_batches
+                from tasks.extract import run_chain
+
+                run_chain(idle_batches(settings, now=datetime.now(UTC) + timedelta(days=1)))
+                swept = True
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out: {progress(engine, tenant)}")
+            time.sleep(0.25)
+        elapsed = time.perf_counter() - started
+        _, _, _, memories = progress(engine, tenant)
+        embedded = int(client.get(keys.embedded_count()) or 0)
+        with engine.connect() as conn:
+            failed = conn.execute(
+                text(
+                    "SELECT count(*) FROM semantic.extraction_batches"
+                    " WHERE tenant_id = :t AND state = 'failed'"
+                ),
+                {"t": tenant},
+            ).scalar_one()
+            entities = conn.execute(
+                text("SELECT count(*) FROM conceptual.entities WHERE tenant_id = :t"),
+                {"t": tenant},
+            ).scalar_one()
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(timeout=120)
+        keys_left = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
+        for start in range(0, len(keys_left), 1000):
+            client.delete(*keys_left[start : start + 1000])
+        services.stop()
+
+    turns_per_s = args.turns / elapsed
+    print(
+        f"turns={args.turns} users={args.users} workers={args.workers} "
+        f"concurrency={args.concurrency} elapsed={elapsed:.1f}s memories={memories} "
+        f"entities={entities} failed_batches={failed} embedded={embedded}"
+    )
+    print(
+        f"extract turns_per_s={turns_per_s:.0f} gems_per_s={memories / elapsed:.1f} "
+        f"embed_per_s={embedded / elapsed:.0f} embeds_per_turn={embedded / args.turns:.2f} "
+        f"rss_mb={peak:.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

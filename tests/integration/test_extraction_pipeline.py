@@ -1,0 +1,291 @@
+"""Turns become memories: triggers extract exactly once, gems keep their exact sources,
+duplicates reinforce, contradictions supersede, entity variants resolve to one entity."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.embedding.factory import get_embedder
+from app.extraction.factory import get_extractor
+from app.layers.episodic import repository as episodic
+from app.layers.working.store import WorkingMemoryStore
+from app.services import extraction
+from app.services.attention import score_users
+from app.services.ingest import IngestService
+from app.streams.consumer import StreamConsumer
+from app.streams.producer import EventProducer
+
+T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
+
+
+def say(tenant: str, user: str, n: int, content: str, role: str = "user") -> dict[str, Any]:
+    return {
+        "type": "turn",
+        "tenant_id": tenant,
+        "user_id": user,
+        "role": role,
+        "speaker": user.title() if role == "user" else "Assistant",
+        "content": content,
+        "external_id": f"{user}-{n}",
+        "channel": "web",
+        "timestamp": (T0 + timedelta(minutes=n)).isoformat(),
+    }
+
+
+@pytest.fixture
+def pipeline(settings: Settings, redis_client):  # type: ignore[no-untyped-def]
+    """Ingest events in process and return helpers to score, trigger and run batches."""
+    consumer = StreamConsumer(
+        client=redis_client,
+        settings=settings,
+        handler=IngestService(client=redis_client, settings=settings),
+        name="test",
+    )
+    consumer.ensure_groups()
+    embedder = get_embedder(settings, redis_client)
+    extractor = get_extractor(settings)
+
+    class Pipeline:
+        def ingest(self, events: list[dict[str, Any]]) -> None:
+            EventProducer(redis_client, settings).send_many(events)
+            while consumer.step(block_ms=10):
+                pass
+
+        def score(self, tenant: str, users: list[str]) -> None:
+            score_users(
+                settings=settings,
+                client=redis_client,
+                embedder=embedder,
+                tenant_id=tenant,
+                user_ids=users,
+            )
+
+        def due(self, tenant: str, users: list[str]) -> dict[str, str]:
+            store = WorkingMemoryStore(redis_client, settings)
+            return extraction.due_triggers(settings, store, tenant, users)
+
+        def run(self, refs: list[extraction.BatchRef]) -> None:
+            extraction.extract(settings, extractor, refs)
+            extraction.embed(settings, embedder, refs)
+            report = extraction.store(settings, embedder, refs)
+            assert report.failed == 0
+
+    return Pipeline()
+
+
+def _memories(tenant: str) -> list[Any]:
+    with unit_of_work(tenant) as session:
+        return list(
+            session.execute(
+                text(
+                    "SELECT id, kind, content, source_turn_ids, valid_to, superseded_by,"
+                    " importance, subject, value FROM semantic.memories ORDER BY occurred_at"
+                )
+            )
+        )
+
+
+def _turn_ids(tenant: str) -> dict[str, str]:
+    with unit_of_work(tenant) as session:
+        rows = session.execute(text("SELECT external_id, id FROM episodic.turns"))
+        return {r[0]: str(r[1]) for r in rows}
+
+
+def test_n_turns_trigger_extracts_once_with_exact_sources(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    lines = [
+        "Morning!",
+        "We decided to move the weekly review to Thursdays.",
+        "ok thanks",
+        "Remind me to renew the TLS certificate by Friday.",
+        "I prefer aisle seats on long flights.",
+    ]
+    pipeline.ingest([say(tenant, "ana", n, line) for n, line in enumerate(lines)])
+    pipeline.score(tenant, ["ana"])
+    assert pipeline.due(tenant, ["ana"]) == {"ana": "turns"}
+    refs = extraction.claim(settings, tenant, {"ana": "turns"})
+    assert len(refs) == 1
+    pipeline.run(refs)
+    pipeline.run(refs)  # a redelivered chain changes nothing
+
+    ids = _turn_ids(tenant)
+    memories = _memories(tenant)
+    by_kind = {m.kind: m for m in memories}
+    assert {"decision", "todo", "preference"} <= set(by_kind)
+    assert [str(t) for t in by_kind["decision"].source_turn_ids] == [ids["ana-1"]]
+    assert [str(t) for t in by_kind["todo"].source_turn_ids] == [ids["ana-3"]]
+    assert [str(t) for t in by_kind["preference"].source_turn_ids] == [ids["ana-4"]]
+    assert len(memories) == len({m.content for m in memories})
+    # Nothing is left to claim: a second trigger finds no turns.
+    assert extraction.claim(settings, tenant, {"ana": "idle"}) == []
+    assert pipeline.due(tenant, ["ana"]) == {}
+
+
+def test_racing_triggers_claim_each_turn_once(settings: Settings, pipeline, tenant: str) -> None:
+    pipeline.ingest(
+        [say(tenant, "ben", n, f"Fact number {n} about the data lake.") for n in range(60)]
+    )
+    small = settings.model_copy(update={"extract_max_batch_turns": 7})
+    refs: list[extraction.BatchRef] = []
+    lock = threading.Lock()
+
+    def fire(trigger: str) -> None:
+        while True:
+            got = extraction.claim(small, tenant, {"ben": trigger})
+            if not got:
+                return
+            with lock:
+                refs.extend(got)
+
+    threads = [threading.Thread(target=fire, args=(t,)) for t in ("turns", "idle", "context")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    with unit_of_work(tenant) as session:
+        claims = session.execute(
+            text("SELECT extraction_batch_id, count(*) FROM episodic.turns GROUP BY 1")
+        ).all()
+        sizes = dict(
+            session.execute(text("SELECT id, turn_count FROM semantic.extraction_batches")).all()
+        )
+    assert all(batch is not None for batch, _ in claims)
+    assert sum(n for _, n in claims) == 60
+    assert {str(b) for b, _ in claims} == {b for _, b in refs}
+    assert sorted(sizes.values()) == sorted(n for _, n in claims)
+
+
+def test_context_usage_trigger_fires_before_n_turns(
+    settings: Settings, redis_client, tenant: str
+) -> None:
+    tight = settings.model_copy(update={"context_window_tokens": 100})
+    consumer = StreamConsumer(
+        client=redis_client,
+        settings=tight,
+        handler=IngestService(client=redis_client, settings=tight),
+        name="t",
+    )
+    consumer.ensure_groups()
+    long_turn = "We reviewed the incident report and the rollback plan in detail. " * 6
+    EventProducer(redis_client, tight).send(say(tenant, "cy", 0, long_turn))
+    while consumer.step(block_ms=10):
+        pass
+    store = WorkingMemoryStore(redis_client, tight)
+    assert extraction.due_triggers(tight, store, tenant, ["cy"]) == {"cy": "context"}
+
+
+def test_idle_trigger_claims_leftovers(settings: Settings, pipeline, tenant: str) -> None:
+    pipeline.ingest([say(tenant, "dee", 0, "We agreed to ship the beta on 2026-06-01.")])
+    assert pipeline.due(tenant, ["dee"]) == {}
+    assert extraction.idle_batches(settings) == [] or all(
+        t != tenant for t, _ in extraction.idle_batches(settings)
+    )
+    later = datetime.now(UTC) + timedelta(seconds=settings.extract_idle_s + 1)
+    refs = [ref for ref in extraction.idle_batches(settings, now=later) if ref[0] == tenant]
+    assert len(refs) == 1
+    pipeline.run(refs)
+    assert any("beta" in m.content for m in _memories(tenant))
+
+
+def test_repeated_statement_reinforces_instead_of_duplicating(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    pipeline.ingest(
+        [say(tenant, "eve", 0, "We decided to use Terraform for all new infrastructure.")]
+    )
+    pipeline.run(extraction.claim(settings, tenant, {"eve": "idle"}))
+    first = [m for m in _memories(tenant) if m.kind == "decision"]
+    assert len(first) == 1
+
+    pipeline.ingest(
+        [say(tenant, "eve", 9, "We decided to use Terraform for all new infrastructure!")]
+    )
+    pipeline.run(extraction.claim(settings, tenant, {"eve": "idle"}))
+    again = [m for m in _memories(tenant) if m.kind == "decision"]
+    assert len(again) == 1
+    assert again[0].importance > first[0].importance
+    assert len(again[0].source_turn_ids) == 2
+
+
+def test_changed_preference_supersedes_the_old_one(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    pipeline.ingest([say(tenant, "fay", 0, "I prefer aisle seats on long flights.")])
+    pipeline.run(extraction.claim(settings, tenant, {"fay": "idle"}))
+    pipeline.ingest([say(tenant, "fay", 60, "I now prefer window seats on long flights.")])
+    pipeline.run(extraction.claim(settings, tenant, {"fay": "idle"}))
+
+    prefs = [m for m in _memories(tenant) if m.kind == "preference"]
+    assert len(prefs) == 2
+    old, new = prefs
+    assert old.subject == new.subject and old.value != new.value
+    assert old.valid_to is not None and old.superseded_by == new.id
+    assert new.valid_to is None
+
+
+def test_entity_variants_resolve_to_one_entity(settings: Settings, pipeline, tenant: str) -> None:
+    pipeline.ingest(
+        [
+            say(tenant, "gus", 0, "We use Postgres for the billing data."),
+            say(tenant, "gus", 1, "The PostgreSQL cluster lags during the nightly batch."),
+            say(tenant, "gus", 2, "Our postgresql replicas are in Frankfurt."),
+        ]
+    )
+    pipeline.run(extraction.claim(settings, tenant, {"gus": "idle"}))
+    with unit_of_work(tenant) as session:
+        rows = session.execute(
+            text("SELECT canonical_name, mention_count FROM conceptual.entities")
+        ).all()
+        mentions = session.execute(
+            text(
+                "SELECT count(*) FROM conceptual.mentions AS m JOIN conceptual.entities AS e"
+                " ON e.id = m.entity_id WHERE e.canonical_name = 'postgresql'"
+                " AND m.turn_id IS NOT NULL AND m.memory_id IS NOT NULL"
+            )
+        ).scalar_one()
+    counts = dict(rows)
+    assert "postgresql" in counts
+    assert not {"postgres", "postgre sql"} & set(counts)
+    assert counts["postgresql"] == mentions >= 2
+
+
+def test_emotional_goal_turn_outscores_small_talk(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    pipeline.ingest(
+        [
+            say(tenant, "hal", 0, "ok, sounds good"),
+            say(tenant, "hal", 5, "I'm really worried I'll miss the deadline for my promotion!"),
+        ]
+    )
+    pipeline.score(tenant, ["hal"])
+    with unit_of_work(tenant) as session:
+        scores = dict(
+            session.execute(text("SELECT external_id, salience FROM episodic.turns")).all()
+        )
+        again = episodic.lock_unscored(
+            session=session, tenant_id=tenant, user_ids=["hal"], limit=10
+        )
+    assert scores["hal-5"] > scores["hal-0"]
+    assert again == []  # scored turns are not scored twice
+
+
+def test_tenants_and_users_never_share_memories(settings: Settings, pipeline, tenant: str) -> None:
+    other = f"t-{uuid.uuid4().hex[:10]}"
+    pipeline.ingest([say(tenant, "ivy", 0, "I prefer green tea in the morning.")])
+    pipeline.ingest([say(other, "ivy", 0, "I prefer green tea in the morning.")])
+    pipeline.run(extraction.claim(settings, tenant, {"ivy": "idle"}))
+    pipeline.run(extraction.claim(settings, other, {"ivy": "idle"}))
+    assert len(_memories(tenant)) == 1
+    assert len(_memories(other)) == 1
+    assert _memories(tenant)[0].id != _memories(other)[0].id
