@@ -23,17 +23,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_extract")
 
-import psutil  # noqa: E402
-from sqlalchemy import text  # noqa: E402
+import psutil
+from sqlalchemy import text
 
-from app.cli.supervisor import ensure_services, worker_command  # noqa: E402
-from app.config import PROJECT_ROOT, get_settings  # noqa: E402
-from app.db import bootstrap  # noqa: E402
-from app.db.migrate import upgrade  # noqa: E402
-from app.db.session import owner_engine  # noqa: E402
-from app.keys import RedisKeys  # noqa: E402
-from app.redis_client import get_redis  # noqa: E402
-from app.streams.producer import EventProducer  # noqa: E402
+from app.cli.supervisor import ensure_services, worker_command
+from app.config import PROJECT_ROOT, get_settings
+from app.db import bootstrap
+from app.db.migrate import upgrade
+from app.db.session import owner_engine
+from app.keys import RedisKeys
+from app.redis_client import get_redis
+from app.streams.producer import EventProducer
 
 PEOPLE = ["Bruno", "Chiara", "Dmitri", "Esther", "Farid", "Greta", "Hiro", "Ines"]
 TOOLS = ["Postgres", "Redis", "Kubernetes", "Terraform", "Grafana", "Kafka", "FastAPI", "React"]
@@ -42,28 +42,31 @@ SEATS = ["aisle", "window"]
 
 
 def line(n: int, user: int) -> tuple[str, str]:
-    """(role, content) of turn n: a deterministic mix of what agents hear all day."""
+    """(role, content) of turn n: a deterministic mix of what agents hear all day. Every
+    text carries its own numbers, so the embedding cache is not flattered by repeats."""
     p, t, c = PEOPLE[(n + user) % 8], TOOLS[(n * 3 + user) % 8], CITIES[(n * 5 + user) % 8]
+    k = n * 131 + user * 7  # a per-turn detail
     kind = n % 10
     if kind == 0:
-        return "user", f"I prefer {SEATS[(n // 10 + user) % 2]} seats when I fly to {c}."
+        seat = SEATS[(n // 10 + user) % 2]
+        return "user", f"I prefer {seat} seats when I fly to {c}, ideally row {k % 40 + 1}."
     if kind == 1:
-        return "assistant", "Noted, I'll keep that in mind."
+        return "assistant", f"Noted, I'll keep that in mind for trip {k}."
     if kind == 2:
-        return "user", f"We decided to migrate the billing service from {t} next quarter."
+        return "user", f"We decided to migrate billing service {k % 90} from {t} next quarter."
     if kind == 3:
-        return "user", f"Remind me to send {p} the {c} offsite budget by Friday."
+        return "user", f"Remind me to send {p} the {c} offsite budget of {k} euros by Friday."
     if kind == 4:
-        return "user", f"{p} works at the {c} office and uses {t} every day."
+        return "user", f"{p} works at the {c} office and runs {k % 12 + 2} {t} projects."
     if kind == 5:
         return "user", "ok thanks, sounds good"
     if kind == 6:
-        return "user", f"My goal is to cut the {t} bill by {10 + n % 40} percent this year."
+        return "user", f"My goal is to cut the {t} bill by {k % 40 + 10} percent this year."
     if kind == 7:
-        return "assistant", f"The {t} cluster in {c} had {n % 7 + 2} incidents last month."
+        return "assistant", f"The {t} cluster in {c} had {k % 17 + 2} incidents last month."
     if kind == 8:
-        return "user", f"I'm really worried about the {c} launch deadline, it's urgent!"
-    return "user", f"Yesterday {p} met the {t} vendor in {c} about turn {n}."
+        return "user", f"I'm really worried about the {c} launch deadline for release {k}!"
+    return "user", f"Yesterday {p} met the {t} vendor in {c} about contract {k}."
 
 
 def make_turns(tenant: str, turns: int, users: int) -> list[dict[str, object]]:

@@ -1,0 +1,157 @@
+"""Which kind of memory a sentence is, by weighted cue words, or none at all.
+
+Each kind has cue patterns with weights (a hand-set, log-odds-like lexicon); the kind with
+the highest total of at least MIN_SCORE wins, ties broken by KIND_PRIORITY. Without a cue,
+a statement that says something concrete (numbers, names, enough content words, a "X is Y")
+is a fact. Greetings, thanks, acknowledgements, meta-chat and questions are skipped; a
+question survives only as a request to remember or remind ("can you remind me to …?").
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.extraction.vocabulary import GREETINGS_AND_ACKS, STOPWORDS, word_set
+
+MIN_SCORE = 2.0
+KIND_PRIORITY = ("decision", "todo", "preference", "goal", "event", "code", "fact")
+
+_I = re.IGNORECASE
+_ADV = r"(?:(?:really|also|still|now|just|actually|definitely|much|strongly|always|usually)\s+)?"
+_DAYS = r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+# (kind, weight, pattern); "'" in a pattern also matches the typographic apostrophe.
+_CUE_TABLE: tuple[tuple[str, float, str], ...] = (
+    ("decision", 3.0, r"\b(?:we|i|they|team|everyone)\s+(?:have\s+|'ve\s+|just\s+)?"
+                      r"(?:decided|agreed|settled|chose|picked|opted)\b"),
+    ("decision", 2.5, r"\b(?:decided|agreed)\s+(?:to|on|that|upon)\b"),
+    ("decision", 3.0, r"\b(?:will|'ll|are going to|gonna)\s+go\s+with\b"),
+    ("decision", 2.5, r"\blet'?s\s+(?:go with|use|pick|choose|stick with|switch to)\b"),
+    ("decision", 1.5, r"\b(?:decision|final call|settled on|going with|we'll use|we will use"
+                      r"|the plan is)\b"),
+    ("preference", 3.0, r"\b(?:i|you|we|he|she|they)\s+" + _ADV +
+                        r"(?:prefer|like|love|hate|dislike|enjoy|adore|detest)\b"),
+    ("preference", 3.0, r"\b(?:i'd|i would|we'd|we would)\s+(?:much\s+)?rather\b"),
+    ("preference", 2.5, r"\b(?:can't|cannot|don't|do not)\s+(?:stand|like|enjoy)\b"),
+    ("preference", 2.0, r"\b(?:prefers?|preferred|preference|favou?rite|fan of)\b"),
+    ("preference", 2.0, r"\b(?:likes|loves|hates|dislikes|enjoys)\b"),
+    ("todo", 3.0, r"\b(?:todo|to-do|action item|reminder)\b"),
+    ("todo", 3.0, r"\bremind\s+\w+\s+(?:to|about|that|of)\b"),
+    ("todo", 2.5, r"\b(?:don't forget|make sure|follow up|must not forget)\b"),
+    ("todo", 2.0, r"\b(?:need|needs|have|has|got)\s+to\b"),
+    ("todo", 1.5, r"\bmust\b"),
+    ("todo", 1.5, r"\b(?:deadline|due)\b"),
+    ("todo", 1.5, r"\bby\s+(?:" + _DAYS + r"|tomorrow|tonight|today|end of|eod|eow|next|noon|\d)"),
+    ("todo", 1.5, r"^(?:please\s+)?(?:send|call|email|book|buy|schedule|write|fix|review|check"
+                  r"|update|prepare|finish|submit|pay|renew|cancel|order)\b"),
+    ("todo", 0.8, r"\bshould\b"),
+    ("todo", 1.0, r"\b(?:i'll|i will|i'm going to)\s+\w+"),
+    ("goal", 3.0, r"\b(?:my|our|the|main|long-term)\s+(?:goal|aim|objective|target|dream"
+                  r"|ambition|mission)\b"),
+    ("goal", 2.5, r"\b(?:i'm|i am|we're|we are)\s+planning\b"),
+    ("goal", 2.0, r"\b(?:want|wants|wanted)\s+to\b"),
+    ("goal", 2.0, r"\b(?:plan|plans|planning|aim|aiming|hope|hoping|intend|intending|trying"
+                  r"|working towards?)\s+to\b"),
+    ("goal", 2.0, r"\b(?:would like to|'d like to|wish to)\b"),
+    ("goal", 0.5, r"\b(?:learn|improve|become|achieve|save up|get better)\b"),
+    ("event", 1.5, r"\b(?:happened|went|met|visited|attended|arrived|moved|joined|started"
+                   r"|finished|launched|shipped|released|celebrated|was at|were at"
+                   r"|had (?:a|an|the|our|my) \w+)\b"),
+    ("event", 1.5, r"\b(?:yesterday|last (?:night|week|month|year|weekend)|ago|this morning"
+                   r"|earlier today)\b"),
+    ("event", 0.5, r"\b(?:on|last) (?:" + _DAYS + r")\b"),
+    # Inline code that looks like code or a command: code punctuation, or several words.
+    ("code", 2.0, r"`[^`\n]*[(){}=./:<>\[\]_\-~$|*#@ ][^`\n]*`"),
+)  # fmt: skip
+_CUES: dict[str, list[tuple[re.Pattern[str], float]]] = {}
+for _kind, _weight, _pattern in _CUE_TABLE:
+    _compiled = re.compile(_pattern.replace("'", "['\u2019]"), _I)
+    _CUES.setdefault(_kind, []).append((_compiled, _weight))
+_REQUEST_TO_REMEMBER = re.compile(
+    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:remind|remember|note|save|add"
+    r"|book|schedule|keep in mind)\b",
+    _I,
+)
+_ACK_OPENING = re.compile(
+    r"^(?:noted|got it|understood|okay|ok|will do|done|gotcha|roger|confirmed)\b"
+    r"\s*[:,.!\u2014\u2013-]",
+    _I,
+)
+_META = re.compile(
+    r"^(?:back again|i['\u2019]m back|switching to \w+|moving to \w+|let me (?:think|check|see)"
+    r"|one (?:sec|second|moment)|brb|hold on|hang on|good (?:morning|evening|night)"
+    r"|happy to help|how can i help|anything else)\b",
+    _I,
+)
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+_NUMBER = re.compile(r"\d")
+_COPULA = re.compile(
+    r"\b(?:is|are|am|was|were|['\u2019]m|['\u2019]re|['\u2019]s|has|have|had)\b", _I
+)
+_VERBISH = word_set(
+    """is are am was were be been being has have had do does did will would can could should
+    shall may might must need needs want wants like likes prefer prefers use uses used go goes
+    went make makes made get gets got take takes took know knows think thinks said says i we
+    you he she they it this that there"""
+)
+
+
+def content_words(sentence: str) -> list[str]:
+    return [w for w in (m.group().lower() for m in _WORD.finditer(sentence)) if w not in STOPWORDS]
+
+
+def is_small_talk(sentence: str, *, role: str) -> bool:
+    """Greetings, thanks, acknowledgements and meta-chat: nothing worth remembering."""
+    words = [m.group().lower().replace("\u2019", "'") for m in _WORD.finditer(sentence)]
+    if not words or all(w in GREETINGS_AND_ACKS for w in words):
+        return True
+    if _META.match(sentence.strip()):
+        return True
+    # An assistant's "Noted: …"/"Got it, …" only echoes what the user said.
+    return role == "assistant" and bool(_ACK_OPENING.match(sentence.strip()))
+
+
+def scores(sentence: str) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for kind, cues in _CUES.items():
+        total = sum(weight for pattern, weight in cues if pattern.search(sentence))
+        if total:
+            totals[kind] = total
+    return totals
+
+
+def classify(sentence: str, *, role: str) -> str | None:
+    """The sentence's kind, or None when it is not worth a memory."""
+    if is_small_talk(sentence, role=role):
+        return None
+    text = sentence.strip()
+    totals = scores(text)
+    if text.endswith("?"):
+        return "todo" if _REQUEST_TO_REMEMBER.search(text) else None
+    best = max(
+        (kind for kind, total in totals.items() if total >= MIN_SCORE),
+        key=lambda kind: (totals[kind], -KIND_PRIORITY.index(kind)),
+        default=None,
+    )
+    if best is not None:
+        return best
+    return "fact" if is_informative(text) else None
+
+
+def is_informative(sentence: str) -> bool:
+    """Says something concrete: a number, a name, a "X is Y", or enough content words."""
+    words = content_words(sentence)
+    if not words:
+        return False
+    if len(words) >= 3:
+        return True
+    tokens = sentence.split()
+    named = any(t[:1].isupper() for t in tokens[1:] if t[1:2].islower() or len(t) > 1)
+    return bool(_NUMBER.search(sentence) or named or _COPULA.search(sentence))
+
+
+def is_fragment(sentence: str) -> bool:
+    """A verbless answer such as "Twelve people, the week of March 9." (≤ 12 words)."""
+    words = [m.group().lower() for m in _WORD.finditer(sentence)]
+    if not words or len(words) > 12 or sentence.strip().endswith("?"):
+        return False
+    return not any(w in _VERBISH or w.endswith(("ed", "n't")) for w in words)
