@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session
 _UPSERT_ENTITIES = text(
     "INSERT INTO conceptual.entities (id, tenant_id, user_id, name, canonical_name, kind,"
     " mention_count, first_seen_at, last_seen_at)"
-    " SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.name, r.canonical_name, r.kind, r.mentions, r.seen_at,"
-    " r.seen_at FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text,"
+    " SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.name, r.canonical_name, r.kind,"
+    " r.mentions, r.seen_at, r.seen_at"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text,"
     " user_id text, name text, canonical_name text, kind text, mentions int,"
     " seen_at timestamptz)"
     " ON CONFLICT (tenant_id, user_id, canonical_name) DO UPDATE SET"
@@ -36,7 +37,8 @@ def upsert_entities(*, session: Session, rows: Sequence[dict[str, Any]]) -> dict
 
 _INSERT_MENTIONS = text(
     "INSERT INTO conceptual.mentions (id, tenant_id, user_id, entity_id, memory_id, turn_id,"
-    " surface) SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.entity_id, r.memory_id, r.turn_id, r.surface"
+    " surface) SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.entity_id, r.memory_id,"
+    " r.turn_id, r.surface"
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text, user_id text,"
     " entity_id uuid, memory_id uuid, turn_id uuid, surface text)"
     " ON CONFLICT (entity_id, memory_id) DO NOTHING"
@@ -51,8 +53,9 @@ def insert_mentions(*, session: Session, rows: Sequence[dict[str, Any]]) -> None
 _UPSERT_RELATIONS = text(
     "INSERT INTO conceptual.relations (id, tenant_id, user_id, source_entity_id,"
     " target_entity_id, relation_type, memory_id, turn_id)"
-    " SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.source_id, r.target_id, r.relation, r.memory_id,"
-    " r.turn_id FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text,"
+    " SELECT gen_random_uuid(), r.tenant_id, r.user_id, r.source_id, r.target_id,"
+    " r.relation, r.memory_id, r.turn_id"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text,"
     " user_id text, source_id uuid, target_id uuid, relation text, memory_id uuid, turn_id uuid)"
     " ON CONFLICT (tenant_id, source_entity_id, target_entity_id, relation_type) DO UPDATE SET"
     " mention_count = conceptual.relations.mention_count + 1,"
