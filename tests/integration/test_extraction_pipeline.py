@@ -289,3 +289,50 @@ def test_tenants_and_users_never_share_memories(settings: Settings, pipeline, te
     assert len(_memories(tenant)) == 1
     assert len(_memories(other)) == 1
     assert _memories(tenant)[0].id != _memories(other)[0].id
+
+
+def test_a_failing_batch_records_its_error_and_does_not_block_others(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    """A backend that is down fails one user's batch; beat's retry finishes it later."""
+    pipeline.ingest(
+        [
+            say(tenant, "jo", 0, "We decided to rotate the on-call every Monday."),
+            say(tenant, "kim", 0, "We decided to freeze deploys during the audit."),
+        ]
+    )
+    refs = extraction.claim(settings, tenant, {"jo": "idle", "kim": "idle"})
+    offline = get_extractor(settings)
+
+    class DownForJo:
+        name = "flaky"
+
+        def extract(self, *, batch, context):  # type: ignore[no-untyped-def]
+            if batch and batch[0].external_id.startswith("jo-"):
+                raise ConnectionError("extraction backend unreachable")
+            return offline.extract(batch=batch, context=context)
+
+    report = extraction.extract(settings, DownForJo(), refs)
+    assert (report.done, report.failed) == (1, 1)
+    with unit_of_work(tenant) as session:
+        states = dict(
+            session.execute(
+                text(
+                    "SELECT user_id, state || ':' || attempts || ':' || coalesce(error, '')"
+                    " FROM semantic.extraction_batches"
+                )
+            ).all()
+        )
+    assert states["kim"].startswith("extracted:0")
+    assert states["jo"].startswith("claimed:1:ConnectionError: extraction backend unreachable")
+
+    later = datetime.now(UTC) + timedelta(seconds=settings.extract_retry_after_s + 1)
+    retry = [r for r in extraction.stale_batches(settings, now=later) if r[0] == tenant]
+    assert len(retry) == 2  # jo's failed batch, and kim's, which has not been stored yet
+    pipeline.run(retry)
+    with unit_of_work(tenant) as session:
+        stored = session.execute(
+            text("SELECT count(*) FROM semantic.extraction_batches WHERE state = 'stored'")
+        ).scalar_one()
+    assert stored == 2
+    assert {m.kind for m in _memories(tenant)} == {"decision"}
