@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from app.embedding.factory import check_dimension, get_embedder
-from app.extraction.factory import get_extractor
 from celery import chain
 
 from app.config import get_settings
 from app.embedding.base import Embedder
+from app.embedding.factory import check_dimension, get_embedder
 from app.extraction.base import Extractor
+from app.extraction.factory import get_extractor
 from app.layers.working.store import WorkingMemoryStore
 from app.redis_client import get_redis
 from app.services import extraction
