@@ -22,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_extract")
+# One prefix for this run, for the workers and for the tasks this process sends.
+os.environ["ENGRAM_REDIS_PREFIX"] = f"benchx-{os.getpid()}"
 
 import psutil
 from sqlalchemy import text
@@ -137,7 +139,7 @@ def main() -> int:
     upgrade()
     client = get_redis(base)
     run = uuid.uuid4().hex[:8]
-    settings = base.model_copy(update={"redis_prefix": f"benchx-{run}"})
+    settings = base
     keys = RedisKeys.from_settings(settings)
     env = {
         **os.environ,

@@ -47,7 +47,12 @@ def _configure(sender: Celery, **_: Any) -> None:
         # The Redis transport redelivers an unacked message after the visibility timeout; it
         # must exceed the longest task (time limit) and any countdown/ETA we use, or a running
         # task is handed to a second worker.
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Celery's own keys live under Engram's prefix too, so deployments (and test runs)
+        # sharing one Redis never exchange task messages.
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "global_keyprefix": f"{settings.redis_prefix}:celery:",
+        },
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,

@@ -6,17 +6,21 @@ import time
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from app.cli.sample import TENANT, sample_events, sample_turn_count
 from app.cli.supervisor import ProcessGroup, ensure_services, worker_command
 from app.config import get_settings
 from app.db.migrate import upgrade
 from app.db.session import unit_of_work
+from app.layers.conceptual.models import Entity
 from app.layers.episodic.models import RawEvent, Session, Turn
+from app.layers.semantic.models import Memory
 from app.layers.working.store import WorkingMemoryStore
 from app.redis_client import get_redis
+from app.services.extraction import claim
 from app.streams.producer import EventProducer
+from tasks.extract import run_chain
 
 
 def _stored_turns() -> int:
@@ -110,17 +114,72 @@ def _show_l1(console: Console, store: WorkingMemoryStore) -> None:
         console.print(table)
 
 
+def _open_batches() -> tuple[int, int]:
+    with unit_of_work(TENANT) as session:
+        pending = session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM episodic.turns WHERE extraction_batch_id IS NULL),"
+                " (SELECT count(*) FROM semantic.extraction_batches"
+                "  WHERE state NOT IN ('stored', 'failed'))"
+            )
+        ).one()
+    return int(pending[0]), int(pending[1])
+
+
+def _wait_for_memories(deadline: float) -> bool:
+    while _open_batches() != (0, 0):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _show_l3_l4(console: Console) -> None:
+    with unit_of_work(TENANT) as session:
+        memories = session.execute(
+            select(Memory).where(Memory.tenant_id == TENANT).order_by(Memory.occurred_at)
+        ).scalars()
+        table = Table(
+            "user",
+            "kind",
+            "importance",
+            "valid",
+            "memory (self-contained)",
+            title="L3 semantic memories (gems)",
+        )
+        for m in memories:
+            table.add_row(
+                m.user_id,
+                m.kind,
+                f"{m.importance:.2f}",
+                "now" if m.valid_to is None else "superseded",
+                m.content[:90],
+            )
+        console.print(table)
+        entities = session.execute(
+            select(Entity.user_id, Entity.name, Entity.kind, Entity.mention_count)
+            .where(Entity.tenant_id == TENANT)
+            .order_by(Entity.mention_count.desc(), Entity.name)
+        ).all()
+        console.print(
+            "L4 entities: "
+            + ", ".join(f"{name} ({kind}, {n})" for _, name, kind, n in entities[:20])
+        )
+
+
 def run_demo(console: Console, *, timeout: float) -> int:
     settings = get_settings()
-    console.rule("Engram demo: capture path")
+    console.rule("Engram demo: from turns to memories")
     console.print("1. services (embedded Postgres/Redis unless DATABASE_URL/REDIS_URL are set)")
     services = ensure_services(settings)
     group = ProcessGroup()
     try:
         console.print("2. migrations: alembic upgrade head")
         upgrade()
-        console.print("3. a Celery worker with one stream consumer")
-        group.start(worker_command(queues=("ingest",), concurrency=1, consumers=1))
+        console.print("3. a Celery worker: stream consumer + extraction and embedding tasks")
+        group.start(
+            worker_command(queues=("ingest", "extract", "embed"), concurrency=2, consumers=1)
+        )
         console.print("4. pushing the sample conversation through the streams")
         client = get_redis(settings)
         events = sample_events()
@@ -141,6 +200,12 @@ def run_demo(console: Console, *, timeout: float) -> int:
         )
         _show_l2(console)
         _show_l1(console, WorkingMemoryStore(client, settings))
+        console.print("5. extraction: N-turn trigger already fired; firing the idle trigger now")
+        run_chain(claim(settings, TENANT, {"alice": "idle", "bob": "idle"}))
+        if not _wait_for_memories(time.monotonic() + timeout):
+            console.print("[red]extraction did not finish in time[/red]")
+            return 1
+        _show_l3_l4(console)
         console.print("\nRe-running the demo re-sends the same events; nothing is stored twice.")
         return 0
     finally:

@@ -54,7 +54,10 @@ def celery_command(*args: str) -> list[str]:
 
 
 def worker_command(
-    queues: Sequence[str] = ALL_QUEUES, concurrency: int = 4, consumers: int | None = None
+    queues: Sequence[str] = ALL_QUEUES,
+    concurrency: int = 4,
+    consumers: int | None = None,
+    loglevel: str = "INFO",
 ) -> list[str]:
     command = celery_command(
         "worker",
@@ -65,7 +68,7 @@ def worker_command(
         "-c",
         str(concurrency),
         "-l",
-        "INFO",
+        loglevel,
         "--without-mingle",
         "--without-gossip",
     )
