@@ -72,8 +72,10 @@ def _fresh_connections_after_fork(**_: Any) -> None:
 
 def _install_consumer_step() -> None:
     from workers.consumer_step import StreamConsumerStep, add_worker_options
+    from workers.embedding_check import EmbeddingCheckStep
 
     app.steps["worker"].add(StreamConsumerStep)
+    app.steps["worker"].add(EmbeddingCheckStep)
     add_worker_options(app)
 
 
