@@ -54,10 +54,15 @@ def dispatch_scoring(result: IngestResult) -> None:
     if result.turn_users:
         from workers.celery_app import app
 
-        app.send_task(
-            "engram.extract.score_turns",
-            args=[{tenant: sorted(users) for tenant, users in result.turn_users.items()}],
-        )
+        try:
+            app.send_task(
+                "engram.extract.score_turns",
+                args=[{tenant: sorted(users) for tenant, users in result.turn_users.items()}],
+            )
+        except Exception as exc:
+            # A broker outage: retry the batch with backoff (its writes are idempotent);
+            # never blame, count or dead-letter the entries for it.
+            raise ConnectionError(f"could not queue scoring for the batch: {exc}") from exc
 
 
 def consumer_name(index: int) -> str:
