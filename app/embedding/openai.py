@@ -7,31 +7,24 @@ before a vector leaves this module, because a bad vector stored in L3 is silentl
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import random
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from app.embedding.base import EmbeddingError
+from app.http_json import (
+    InvalidJSONReply,
+    RefusedHTTPError,
+    RetryableHTTPError,
+    backoff_delay,
+    post_json,
+)
 
 _log = logging.getLogger(__name__)
 
 MAX_INPUTS_PER_REQUEST = 256
-MAX_BACKOFF_S = 30.0
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
-
-
-class _RetryableError(Exception):
-    """An attempt failed in a way another attempt may not (network, timeout, 5xx, 429)."""
-
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class OpenAICompatibleEmbedder:
@@ -76,52 +69,29 @@ class OpenAICompatibleEmbedder:
         return out
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        body = json.dumps({"model": self.model, "input": texts}).encode()
-        reply = self._post_with_retries(body)
+        reply = self._post_with_retries({"model": self.model, "input": texts})
         return self._vectors_from(reply, len(texts))
 
-    def _post_with_retries(self, body: bytes) -> Any:
+    def _post_with_retries(self, body: dict[str, Any]) -> Any:
         attempts = self.retries + 1
         for attempt in range(attempts):
             try:
-                return self._post(body)
-            except _RetryableError as exc:
+                return post_json(self.url, body, api_key=self._api_key, timeout_s=self.timeout_s)
+            except RetryableHTTPError as exc:
                 if attempt == attempts - 1:
                     raise EmbeddingError(
                         f"embedding server {self.url} failed {attempts} times; last: {exc}"
                     ) from exc
-                delay = min(MAX_BACKOFF_S, self.backoff_s * 2**attempt)
-                if exc.retry_after_s is not None:
-                    delay = min(MAX_BACKOFF_S, max(delay, exc.retry_after_s))
-                delay *= 1 + random.random() * 0.25  # jitter: workers must not retry in step
+                delay = backoff_delay(attempt, self.backoff_s, exc.retry_after_s)
                 _log.warning("embedding request failed (%s); retry in %.2fs", exc, delay)
                 time.sleep(delay)
+            except RefusedHTTPError as exc:
+                raise EmbeddingError(f"embedding server {self.url} refused: {exc}") from exc
+            except InvalidJSONReply as exc:
+                raise EmbeddingError(
+                    f"embedding server {self.url} sent invalid JSON: {exc}"
+                ) from exc
         raise AssertionError("unreachable")
-
-    def _post(self, body: bytes) -> Any:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        # The scheme was checked in __init__ (http/https only).
-        request = urllib.request.Request(self.url, body, headers, method="POST")  # noqa: S310
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            if exc.code >= 500 or exc.code in _RETRYABLE_STATUS:
-                raise _RetryableError(f"HTTP {exc.code}: {detail}", _retry_after(exc)) from exc
-            raise EmbeddingError(
-                f"embedding server {self.url} refused: HTTP {exc.code}: {detail}"
-            ) from exc
-        except (TimeoutError, OSError) as exc:  # URLError, resets and timeouts are all OSError
-            raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise EmbeddingError(
-                f"embedding server {self.url} sent invalid JSON: {raw[:200]!r}"
-            ) from exc
 
     def _vectors_from(self, reply: Any, expected: int) -> list[list[float]]:
         """Check the reply's shape and numbers, order it by index, normalise each vector."""
@@ -157,18 +127,3 @@ class OpenAICompatibleEmbedder:
         if norm == 0.0:
             raise EmbeddingError(f"embedding reply item {position} is the zero vector")
         return [float(v) / norm for v in values]
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        return exc.read(500).decode("utf-8", "replace").strip() or exc.reason
-    except OSError:
-        return str(exc.reason)
-
-
-def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    value = exc.headers.get("Retry-After") if exc.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None

@@ -7,7 +7,7 @@ importance in [0, 1], cited ids must be batch turns; a gem citing anything else 
 When the model still fails, the batch is extracted by the offline rules instead, so a batch
 never fails because a model did: each gem's `metadata["extractor"]` says which one made it.
 
-Stdlib HTTP (urllib): httpx is not a dependency of this project.
+Stdlib HTTP through app/http_json.py (shared with the embedding client).
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,23 +25,25 @@ from app.extraction.offline import DEFAULT_MAX_CHARS, OfflineExtractor, display_
 from app.extraction.prompt import GEM_SCHEMA, build_messages
 from app.extraction.salience import summarize
 from app.extraction.sentences import clean_turn
+from app.http_json import (
+    InvalidJSONReply,
+    RefusedHTTPError,
+    RetryableHTTPError,
+    backoff_delay,
+    post_json,
+)
 from app.text.injection import SUSPECTED_INSTRUCTION, instruction_flags
 
 _log = logging.getLogger(__name__)
 
-MAX_BACKOFF_S = 30.0
 MAX_CONTENT_CHARS = 4000
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 
 
 class LLMExtractionError(Exception):
     """The endpoint could not give a usable answer (after retries, or refused outright)."""
 
 
-class _RetryableError(Exception):
-    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
+_RetryableError = RetryableHTTPError  # also raised for replies of the wrong shape
 
 
 class _NoResponseFormatError(Exception):
@@ -121,7 +120,7 @@ class LLMExtractor:
             if self.use_response_format:
                 body["response_format"] = {"type": "json_object"}
             try:
-                reply = self._post(json.dumps(body).encode())
+                reply = self._post(body)
                 items = parse_reply(reply)
             except _NoResponseFormatError:
                 self.use_response_format = False  # not an attempt: the same question, plainer
@@ -137,35 +136,19 @@ class LLMExtractor:
             return self._validated(items, batch)
 
     def _sleep(self, attempt: int, retry_after_s: float | None, exc: Exception) -> None:
-        delay = min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 1))
-        if retry_after_s is not None:
-            delay = min(MAX_BACKOFF_S, max(delay, retry_after_s))
-        delay *= 1 + random.random() * 0.25  # jitter: workers must not retry in step
+        delay = backoff_delay(attempt - 1, self.backoff_s, retry_after_s)
         _log.warning("LLM extraction attempt failed (%s); retry in %.2fs", exc, delay)
         time.sleep(delay)
 
-    def _post(self, body: bytes) -> Any:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        # The scheme was checked in __init__ (http/https only).
-        request = urllib.request.Request(self.url, body, headers, method="POST")  # noqa: S310
+    def _post(self, body: dict[str, Any]) -> Any:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = _error_detail(exc)
-            if exc.code == 400 and self.use_response_format and "response_format" in detail:
-                raise _NoResponseFormatError(detail) from exc
-            if exc.code >= 500 or exc.code in _RETRYABLE_STATUS:
-                raise _RetryableError(f"HTTP {exc.code}: {detail}", _retry_after(exc)) from exc
-            raise LLMExtractionError(f"{self.url} refused: HTTP {exc.code}: {detail}") from exc
-        except (TimeoutError, OSError) as exc:  # URLError, resets and timeouts are all OSError
-            raise _RetryableError(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise _RetryableError(f"reply is not JSON: {raw[:200]!r}") from exc
+            return post_json(self.url, body, api_key=self._api_key, timeout_s=self.timeout_s)
+        except RefusedHTTPError as exc:
+            if exc.status == 400 and self.use_response_format and "response_format" in exc.detail:
+                raise _NoResponseFormatError(exc.detail) from exc
+            raise LLMExtractionError(f"{self.url} refused: {exc}") from exc
+        except InvalidJSONReply as exc:
+            raise _RetryableError(str(exc)) from exc
 
     # -- the answer ----------------------------------------------------------------------
 
@@ -264,21 +247,6 @@ def _topics(value: Any) -> list[str]:
         return []
     found = [" ".join(t.lower().split())[:60] for t in value if isinstance(t, str) and t.strip()]
     return list(dict.fromkeys(found))[:5]
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        return exc.read(500).decode("utf-8", "replace").strip() or str(exc.reason)
-    except OSError:
-        return str(exc.reason)
-
-
-def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    value = exc.headers.get("Retry-After") if exc.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 __all__ = ["GEM_SCHEMA", "LLMExtractionError", "LLMExtractor", "parse_reply"]
