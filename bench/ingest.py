@@ -26,10 +26,8 @@ os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench")
 
 from sqlalchemy import func, select
 
-from app.cli.supervisor import ensure_services, worker_command
+from app.cli.supervisor import fresh_database, worker_command
 from app.config import PROJECT_ROOT, get_settings
-from app.db import bootstrap
-from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.keys import RedisKeys
 from app.layers.episodic.models import Turn
@@ -115,15 +113,7 @@ def main() -> int:
     args = parser.parse_args()
 
     base = get_settings().model_copy(update={"stream_partitions": args.partitions})
-    started_here = False
-    if not base.database_url:
-        from app.embedded import postgres as embedded_postgres
-
-        started_here = embedded_postgres.ensure_running(base.data_dir).started_here
-        bootstrap.drop_database(base.database_name, base)
-    services = ensure_services(base)
-    services.started_postgres = services.started_postgres or started_here
-    upgrade()
+    services = fresh_database(base)
     client = get_redis(base)
     run = uuid.uuid4().hex[:8]
 

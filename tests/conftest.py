@@ -28,20 +28,10 @@ def base_settings() -> Settings:
 @pytest.fixture(scope="session", autouse=True)
 def database(base_settings: Settings) -> Iterator[None]:
     """A freshly migrated test database for the session."""
-    from app.cli.supervisor import ensure_services
-    from app.db import bootstrap
-    from app.db.migrate import upgrade
+    from app.cli.supervisor import fresh_database
     from app.db.session import dispose_engines
 
-    started_here = False
-    if not base_settings.database_url:
-        from app.embedded import postgres as embedded_postgres
-
-        started_here = embedded_postgres.ensure_running(base_settings.data_dir).started_here
-        bootstrap.drop_database(TEST_DATABASE, base_settings)
-    services = ensure_services(base_settings)
-    services.started_postgres = services.started_postgres or started_here
-    upgrade()
+    services = fresh_database(base_settings)
     yield
     dispose_engines()
     if not os.environ.get("ENGRAM_TEST_KEEP_SERVICES"):

@@ -126,3 +126,19 @@ class ProcessGroup:
                 self.processes[0].wait(timeout=1)
             except subprocess.TimeoutExpired:
                 continue
+
+
+def fresh_database(settings: Settings) -> Services:
+    """Services with `settings.database_name` recreated empty and migrated to head (tests,
+    benchmarks). With a DATABASE_URL the database is only migrated, never dropped."""
+    from app.db.bootstrap import drop_database
+    from app.db.migrate import upgrade
+
+    started_here = False
+    if not settings.database_url:
+        started_here = embedded_postgres.ensure_running(settings.data_dir).started_here
+        drop_database(settings.database_name, settings)
+    services = ensure_services(settings)
+    services.started_postgres = services.started_postgres or started_here
+    upgrade()
+    return services

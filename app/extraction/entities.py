@@ -45,8 +45,21 @@ _EDGE_PUNCT = re.compile(r"^[^\w.+#]+|[^\w+#]+$")
 
 
 def canonicalize(name: str) -> str:
-    """One key per variant: case-folded, possessive dropped, separators and aliases unified."""
-    text = unicodedata.normalize("NFKC", name).casefold().strip()
+    """One key per variant: case-folded, possessive dropped, separators and aliases unified.
+
+    Applied until nothing changes, so a canonical name canonicalizes to itself."""
+    current = name
+    for _ in range(5):
+        following = _canonical_step(current)
+        if following == current:
+            break
+        current = following
+    return current
+
+
+def _canonical_step(name: str) -> str:
+    visible = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
+    text = unicodedata.normalize("NFKC", visible).casefold().strip()
     text = _EDGE_PUNCT.sub("", text)
     text = _POSSESSIVE.sub("", text)
     text = _SEPARATORS.sub(" ", text).strip(" .")
