@@ -12,6 +12,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# No per-example deadline on a shared 2-core machine; in CI the examples are derandomized, so
+# a run is reproducible and a new counterexample shows up in development, not as a CI flake.
+hypothesis_settings.register_profile("engram", deadline=None)
+hypothesis_settings.register_profile("ci", deadline=None, derandomize=True)
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") else "engram")
 
 TEST_DATABASE = os.environ.get("ENGRAM_TEST_DATABASE", "engram_test")
 os.environ.setdefault("ENGRAM_DATABASE_NAME", TEST_DATABASE)
