@@ -103,13 +103,16 @@ def due_triggers(
     return due
 
 
+def _tenants() -> list[str]:
+    with unit_of_work() as session:
+        return list_tenants(session=session)
+
+
 def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[BatchRef]:
     """The idle-timeout trigger, for beat: users silent for `extract_idle_s` with leftovers."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_idle_s)
-    with unit_of_work() as session:
-        tenants = list_tenants(session=session)
     refs: list[BatchRef] = []
-    for tenant_id in tenants:
+    for tenant_id in _tenants():
         with unit_of_work(tenant_id) as session:
             users = episodic.idle_unextracted_users(
                 session=session, tenant_id=tenant_id, idle_before=before, limit=1000
@@ -122,10 +125,8 @@ def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[Bat
 def stale_batches(settings: Settings, *, now: datetime | None = None) -> list[BatchRef]:
     """Batches that failed or stalled, for beat to run through the chain again."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_retry_after_s)
-    with unit_of_work() as session:
-        tenants = list_tenants(session=session)
     refs: list[BatchRef] = []
-    for tenant_id in tenants:
+    for tenant_id in _tenants():
         with unit_of_work(tenant_id) as session:
             rows = semantic.stale_batches(
                 session=session, older_than=before, max_attempts=settings.extract_max_attempts
