@@ -214,7 +214,7 @@ def status() -> None:
     """Stream lengths, pending entries, dead letters and rows per layer."""
     from app.db.session import owner_engine
     from app.redis_client import get_redis
-    from app.services.status import layer_row_counts, stream_status
+    from app.services.status import extraction_states, layer_row_counts, stream_status
 
     settings = get_settings()
     streams = stream_status(get_redis(settings), settings)
@@ -252,6 +252,11 @@ def status() -> None:
     for layer, name, count in layer_row_counts(owner_engine(settings)):
         rows.add_row(layer, name, str(count))
     console.print(rows)
+    states = extraction_states(owner_engine(settings))
+    console.print(
+        "extraction batches: "
+        + (", ".join(f"{state} {n}" for state, n in sorted(states.items())) or "none")
+    )
 
 
 @cli.command()

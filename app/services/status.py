@@ -17,6 +17,7 @@ LAYER_TABLES = (
     ("L2", "episodic.turns"),
     ("L2", "episodic.events"),
     ("L3", "semantic.memories"),
+    ("L3", "semantic.extraction_batches"),
     ("L4", "conceptual.entities"),
     ("L4", "conceptual.relations"),
     ("L4", "conceptual.mentions"),
@@ -92,3 +93,12 @@ def layer_row_counts(engine: Engine) -> list[tuple[str, str, int]]:
             (layer, table, int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()))  # noqa: S608
             for layer, table in LAYER_TABLES
         ]
+
+
+def extraction_states(engine: Engine) -> dict[str, int]:
+    """Extraction batches per state across tenants (operator view, owner's engine)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT state, count(*) FROM semantic.extraction_batches GROUP BY state")
+        )
+        return {state: int(n) for state, n in rows}
