@@ -137,17 +137,23 @@ def main() -> int:
         "ENGRAM_DATABASE_NAME": settings.database_name,
     }
     # The prefix separates Engram's own keys; Celery's queues are the broker's usual ones.
+    logs = [
+        (base.data_dir / f"bench-extract-worker-{n}.log").open("w") for n in range(args.workers)
+    ]
     workers = [
         subprocess.Popen(
             worker_command(
-                queues=("ingest", "extract", "embed"), concurrency=args.concurrency, consumers=1
+                queues=("ingest", "extract", "embed"),
+                concurrency=args.concurrency,
+                consumers=1,
+                loglevel="WARNING",
             ),
             cwd=PROJECT_ROOT,
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
-        for _ in range(args.workers)
+        for log in logs
     ]
     engine = owner_engine(settings)
     tenant = f"benchx-{run}"
@@ -163,20 +169,21 @@ def main() -> int:
         started = time.perf_counter()
         for start in range(0, len(events), 1000):
             producer.send_many(events[start : start + 1000])
-        swept = False
+        last_sweep = time.monotonic()
         deadline = time.monotonic() + 1800
         while True:
             peak = max(peak, max(rss_mb(w) for w in workers))
             turns, claimed, open_batches, _ = progress(engine, tenant)
             if turns == args.turns and claimed == turns and open_batches == 0:
                 break
-            if turns == args.turns and open_batches == 0 and not swept:
-                # Only leftovers below the N-turn trigger remain: fire the idle trigger now.
+            if turns == args.turns and open_batches == 0 and time.monotonic() - last_sweep > 3:
+                # Only leftovers below the N-turn trigger remain: fire the idle trigger now
+                # (again if more leftovers appeared since).
                 from app.services.extraction import idle_batches
                 from tasks.extract import run_chain
 
                 run_chain(idle_batches(settings, now=datetime.now(UTC) + timedelta(days=1)))
-                swept = True
+                last_sweep = time.monotonic()
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out: {progress(engine, tenant)}")
             time.sleep(0.25)

@@ -87,8 +87,20 @@ def store_batches(refs: list[list[str]]) -> int:
 
 @engram_task("engram.extract.sweep_idle")
 def sweep_idle() -> int:
-    """Beat: the idle-timeout trigger."""
-    refs = extraction.idle_batches(get_settings())
+    """Beat: score what a lost dispatch left unscored, then the idle-timeout trigger."""
+    settings = get_settings()
+    client = get_redis(settings)
+    for tenant_id in extraction.tenants():
+        users = extraction.unscored_users(tenant_id)
+        if users:
+            score_users(
+                settings=settings,
+                client=client,
+                embedder=_embedder(),
+                tenant_id=tenant_id,
+                user_ids=users,
+            )
+    refs = extraction.idle_batches(settings)
     run_chain(refs)
     return len(refs)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery import Task
+from sqlalchemy.exc import OperationalError
 
 from app.config import get_settings
 from app.keys import RedisKeys
@@ -68,7 +69,9 @@ def engram_task(name: str, **options: Any) -> Callable[[F], F]:
             name=name,
             base=EngramTask,
             bind=False,
-            autoretry_for=(ConnectionError, TimeoutError),
+            # Outages and lost races (deadlock, serialization failure) are retried; other
+            # errors surface in the task's state and logs, and beat's sweeps pick the work up.
+            autoretry_for=(ConnectionError, TimeoutError, OperationalError),
             retry_backoff=True,
             retry_backoff_max=300,
             max_retries=10,

@@ -103,7 +103,7 @@ def due_triggers(
     return due
 
 
-def _tenants() -> list[str]:
+def tenants() -> list[str]:
     with unit_of_work() as session:
         return list_tenants(session=session)
 
@@ -112,7 +112,7 @@ def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[Bat
     """The idle-timeout trigger, for beat: users silent for `extract_idle_s` with leftovers."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_idle_s)
     refs: list[BatchRef] = []
-    for tenant_id in _tenants():
+    for tenant_id in tenants():
         with unit_of_work(tenant_id) as session:
             users = episodic.idle_unextracted_users(
                 session=session, tenant_id=tenant_id, idle_before=before, limit=1000
@@ -122,11 +122,22 @@ def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[Bat
     return refs
 
 
+def unscored_users(
+    tenant_id: str, *, older_than_s: float = 60, now: datetime | None = None
+) -> list[str]:
+    """Users with turns still unscored a while after arrival (their scoring task was lost)."""
+    before = (now or datetime.now(UTC)) - timedelta(seconds=older_than_s)
+    with unit_of_work(tenant_id) as session:
+        return episodic.users_with_unscored(
+            session=session, tenant_id=tenant_id, received_before=before, limit=1000
+        )
+
+
 def stale_batches(settings: Settings, *, now: datetime | None = None) -> list[BatchRef]:
     """Batches that failed or stalled, for beat to run through the chain again."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_retry_after_s)
     refs: list[BatchRef] = []
-    for tenant_id in _tenants():
+    for tenant_id in tenants():
         with unit_of_work(tenant_id) as session:
             rows = semantic.stale_batches(
                 session=session, older_than=before, max_attempts=settings.extract_max_attempts

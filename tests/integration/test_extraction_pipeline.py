@@ -336,3 +336,13 @@ def test_a_failing_batch_records_its_error_and_does_not_block_others(
         ).scalar_one()
     assert stored == 2
     assert {m.kind for m in _memories(tenant)} == {"decision"}
+
+
+def test_turns_whose_scoring_was_lost_are_found_by_the_sweep(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    pipeline.ingest([say(tenant, "lou", 0, "We agreed to archive the old dashboards.")])
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    assert extraction.unscored_users(tenant, now=later) == ["lou"]
+    pipeline.score(tenant, ["lou"])
+    assert extraction.unscored_users(tenant, now=later) == []

@@ -352,3 +352,17 @@ def batch_salience(*, session: DbSession, batch_id: uuid.UUID) -> dict[str, tupl
         {"batch": batch_id},
     )
     return {str(r[0]): (float(r[1]), float(r[2])) for r in rows}
+
+
+def users_with_unscored(
+    *, session: DbSession, tenant_id: str, received_before: datetime, limit: int
+) -> list[str]:
+    """Users whose turns wait for scoring since before `received_before` (a lost dispatch)."""
+    rows = session.execute(
+        text(
+            "SELECT DISTINCT user_id FROM episodic.turns WHERE tenant_id = :tenant"
+            " AND salience IS NULL AND received_at < :before LIMIT :limit"
+        ),
+        {"tenant": tenant_id, "before": received_before, "limit": limit},
+    )
+    return [r[0] for r in rows]
