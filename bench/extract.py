@@ -135,6 +135,9 @@ def main() -> int:
         **os.environ,
         "ENGRAM_REDIS_PREFIX": settings.redis_prefix,
         "ENGRAM_DATABASE_NAME": settings.database_name,
+        # Leftovers under the N-turn trigger are extracted by the idle trigger: make it fire
+        # two seconds after the last turn instead of fifteen minutes.
+        "ENGRAM_EXTRACT_IDLE_S": "2",
     }
     # The prefix separates Engram's own keys; Celery's queues are the broker's usual ones.
     logs = [
@@ -177,12 +180,11 @@ def main() -> int:
             if turns == args.turns and claimed == turns and open_batches == 0:
                 break
             if turns == args.turns and open_batches == 0 and time.monotonic() - last_sweep > 3:
-                # Only leftovers below the N-turn trigger remain: fire the idle trigger now
-                # (again if more leftovers appeared since).
-                from app.services.extraction import idle_batches
-                from tasks.extract import run_chain
+                # Only leftovers below the N-turn trigger remain: run beat's sweep (score
+                # what is unscored, then the idle trigger) as beat would, again if needed.
+                from workers.celery_app import app
 
-                run_chain(idle_batches(settings, now=datetime.now(UTC) + timedelta(days=1)))
+                app.send_task("engram.extract.sweep_idle")
                 last_sweep = time.monotonic()
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out: {progress(engine, tenant)}")

@@ -91,7 +91,7 @@ def sweep_idle() -> int:
     settings = get_settings()
     client = get_redis(settings)
     for tenant_id in extraction.tenants():
-        users = extraction.unscored_users(tenant_id)
+        users = extraction.unscored_users(tenant_id, older_than_s=min(60, settings.extract_idle_s))
         if users:
             score_users(
                 settings=settings,

@@ -8,6 +8,7 @@ the forget threshold are marked `forget` (they leave the awake path; the raw tur
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from app.text.tokens import count_tokens
 SALIENCE_STREAM_MAX_LEN = 1_000_000
 EMBED_CHARS = 2000  # the model reads 256 tokens; more text only costs tokenizer time
 SCORE_LIMIT = 5000
+PASSES = 4
 MIN_NOVEL_TOKENS = 6
 
 
@@ -54,7 +56,32 @@ def score_users(
     tenant_id: str,
     user_ids: Sequence[str],
 ) -> ScoredBatch:
-    """Score every unscored turn of these users (idempotent: scored turns are skipped)."""
+    """Score every unscored turn of these users (idempotent: scored turns are skipped).
+
+    Turns locked elsewhere are skipped rather than waited for (scoring tasks then run in
+    parallel instead of queueing behind each other's embedding). A turn skipped because an
+    extraction claim held it for a moment is picked up by the next pass; one held by another
+    scoring task is that task's; beat's sweep catches whatever is left."""
+    total = ScoredBatch()
+    for attempt in range(PASSES):
+        if attempt:
+            time.sleep(0.05)
+        scored = _score_pass(settings, client, embedder, tenant_id, user_ids)
+        total.scored += scored.scored
+        total.consolidate += scored.consolidate
+        total.forget += scored.forget
+        if scored.scored == 0:
+            break
+    return total
+
+
+def _score_pass(
+    settings: Settings,
+    client: redis.Redis,
+    embedder: Embedder,
+    tenant_id: str,
+    user_ids: Sequence[str],
+) -> ScoredBatch:
     result = ScoredBatch()
     with unit_of_work(tenant_id) as session:
         turns = episodic.lock_unscored(

@@ -54,10 +54,15 @@ def pipeline(settings: Settings, redis_client):  # type: ignore[no-untyped-def]
     extractor = get_extractor(settings)
 
     class Pipeline:
-        def ingest(self, events: list[dict[str, Any]]) -> None:
+        def ingest(self, events: list[dict[str, Any]], *, score: bool = True) -> None:
+            """Ingest and (as the consumer's dispatch does) score the events' users."""
             EventProducer(redis_client, settings).send_many(events)
             while consumer.step(block_ms=10):
                 pass
+            if score:
+                for tenant_id in {e["tenant_id"] for e in events}:
+                    users = sorted({e["user_id"] for e in events if e["tenant_id"] == tenant_id})
+                    self.score(tenant_id, users)
 
         def score(self, tenant: str, users: list[str]) -> None:
             score_users(
@@ -180,6 +185,10 @@ def test_context_usage_trigger_fires_before_n_turns(
     EventProducer(redis_client, tight).send(say(tenant, "cy", 0, long_turn))
     while consumer.step(block_ms=10):
         pass
+    embedder = get_embedder(tight, redis_client)
+    score_users(
+        settings=tight, client=redis_client, embedder=embedder, tenant_id=tenant, user_ids=["cy"]
+    )
     store = WorkingMemoryStore(redis_client, tight)
     assert extraction.due_triggers(tight, store, tenant, ["cy"]) == {"cy": "context"}
 
@@ -266,7 +275,8 @@ def test_emotional_goal_turn_outscores_small_talk(
         [
             say(tenant, "hal", 0, "ok, sounds good"),
             say(tenant, "hal", 5, "I'm really worried I'll miss the deadline for my promotion!"),
-        ]
+        ],
+        score=False,
     )
     pipeline.score(tenant, ["hal"])
     with unit_of_work(tenant) as session:
@@ -341,7 +351,10 @@ def test_a_failing_batch_records_its_error_and_does_not_block_others(
 def test_turns_whose_scoring_was_lost_are_found_by_the_sweep(
     settings: Settings, pipeline, tenant: str
 ) -> None:
-    pipeline.ingest([say(tenant, "lou", 0, "We agreed to archive the old dashboards.")])
+    pipeline.ingest(
+        [say(tenant, "lou", 0, "We agreed to archive the old dashboards.")], score=False
+    )
+    assert extraction.claim(settings, tenant, {"lou": "idle"}) == []  # unscored: not claimed
     later = datetime.now(UTC) + timedelta(minutes=5)
     assert extraction.unscored_users(tenant, now=later) == ["lou"]
     pipeline.score(tenant, ["lou"])

@@ -255,7 +255,7 @@ def unextracted_counts(
         text(
             "SELECT user_id, count(*), max(received_at) FROM episodic.turns"
             " WHERE tenant_id = :tenant AND user_id = ANY(:users)"
-            " AND extraction_batch_id IS NULL GROUP BY user_id"
+            " AND extraction_batch_id IS NULL AND salience IS NOT NULL GROUP BY user_id"
         ),
         {"tenant": tenant_id, "users": list(user_ids)},
     )
@@ -269,7 +269,7 @@ def idle_unextracted_users(
     rows = session.execute(
         text(
             "SELECT user_id FROM episodic.turns WHERE tenant_id = :tenant"
-            " AND extraction_batch_id IS NULL GROUP BY user_id"
+            " AND extraction_batch_id IS NULL AND salience IS NOT NULL GROUP BY user_id"
             " HAVING max(received_at) < :before ORDER BY min(received_at) LIMIT :limit"
         ),
         {"tenant": tenant_id, "before": idle_before, "limit": limit},
@@ -280,7 +280,10 @@ def idle_unextracted_users(
 def claim_turns(
     *, session: DbSession, tenant_id: str, user_id: str, batch_id: uuid.UUID, limit: int
 ) -> list[uuid.UUID]:
-    """Claim up to `limit` oldest unclaimed turns of a user for one extraction batch.
+    """Claim up to `limit` oldest unclaimed, already scored turns of a user for one batch.
+
+    Only scored turns: attention comes before extraction, and a claim never holds a turn that
+    a scoring task is about to lock.
 
     `FOR UPDATE SKIP LOCKED` plus the `IS NULL` re-check make racing triggers claim disjoint
     sets: a turn is extracted exactly once however many triggers fire together.
@@ -289,7 +292,8 @@ def claim_turns(
         text(
             "UPDATE episodic.turns SET extraction_batch_id = :batch WHERE id IN ("
             " SELECT id FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
-            " AND extraction_batch_id IS NULL ORDER BY occurred_at, id LIMIT :limit"
+            " AND extraction_batch_id IS NULL AND salience IS NOT NULL"
+            " ORDER BY occurred_at, id LIMIT :limit"
             " FOR UPDATE SKIP LOCKED) AND extraction_batch_id IS NULL RETURNING id"
         ),
         {"batch": batch_id, "tenant": tenant_id, "user": user_id, "limit": limit},
@@ -329,7 +333,8 @@ def context_before(
 def lock_unscored(
     *, session: DbSession, tenant_id: str, user_ids: Sequence[str], limit: int
 ) -> list[Any]:
-    """Turns of these users not scored yet, locked for this transaction (others skip them)."""
+    """Turns of these users not scored yet, locked for this transaction; turns another
+    transaction holds are skipped (the caller makes further passes for those)."""
     return list(
         session.execute(
             text(
