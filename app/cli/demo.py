@@ -10,7 +10,7 @@ from sqlalchemy import func, select, text
 
 from app.cli.sample import TENANT, sample_events, sample_turn_count
 from app.cli.supervisor import ProcessGroup, ensure_services, worker_command
-from app.config import get_settings
+from app.config import Settings, get_settings
 from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.layers.conceptual.models import Entity
@@ -126,11 +126,16 @@ def _open_batches() -> tuple[int, int]:
     return int(pending[0]), int(pending[1])
 
 
-def _wait_for_memories(deadline: float) -> bool:
-    while _open_batches() != (0, 0):
+def _wait_for_memories(settings: Settings, deadline: float) -> bool:
+    """Until every sample turn is extracted; leftovers under the N-turn trigger are claimed
+    by the idle trigger as soon as the worker has scored them."""
+    while (pending := _open_batches()) != (0, 0):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+        unclaimed, open_batches = pending
+        if unclaimed and not open_batches:
+            run_chain(claim(settings, TENANT, {"alice": "idle", "bob": "idle"}))
+        time.sleep(0.3)
     return True
 
 
@@ -201,8 +206,7 @@ def run_demo(console: Console, *, timeout: float) -> int:
         _show_l2(console)
         _show_l1(console, WorkingMemoryStore(client, settings))
         console.print("5. extraction: N-turn trigger already fired; firing the idle trigger now")
-        run_chain(claim(settings, TENANT, {"alice": "idle", "bob": "idle"}))
-        if not _wait_for_memories(time.monotonic() + timeout):
+        if not _wait_for_memories(settings, time.monotonic() + timeout):
             console.print("[red]extraction did not finish in time[/red]")
             return 1
         _show_l3_l4(console)
