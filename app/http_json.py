@@ -34,6 +34,13 @@ class InvalidJSONReply(ValueError):  # noqa: N818 - reads as what it is
     """The reply body is not JSON."""
 
 
+def endpoint(base_url: str, path: str) -> str:
+    """`base_url` + `path`, refusing anything but http(s) when the client is configured."""
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint base URL must be http(s): {base_url!r}")
+    return base_url.rstrip("/") + path
+
+
 def post_json(url: str, payload: Any, *, api_key: str | None, timeout_s: float) -> Any:
     """POST `payload` as JSON and return the decoded reply; `url` must be http(s)."""
     if not url.startswith(("http://", "https://")):

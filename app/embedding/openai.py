@@ -19,6 +19,7 @@ from app.http_json import (
     RefusedHTTPError,
     RetryableHTTPError,
     backoff_delay,
+    endpoint,
     post_json,
 )
 
@@ -41,9 +42,7 @@ class OpenAICompatibleEmbedder:
         backoff_s: float = 0.5,
         batch_size: int = MAX_INPUTS_PER_REQUEST,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"embedding base URL must be http(s): {base_url!r}")
-        self.url = base_url.rstrip("/") + "/embeddings"
+        self.url = endpoint(base_url, "/embeddings")
         self.model = model
         self.name = f"openai:{model}"
         self.timeout_s = timeout_s

@@ -30,6 +30,7 @@ from app.http_json import (
     RefusedHTTPError,
     RetryableHTTPError,
     backoff_delay,
+    endpoint,
     post_json,
 )
 from app.text.injection import SUSPECTED_INSTRUCTION, instruction_flags
@@ -66,9 +67,7 @@ class LLMExtractor:
         max_chars: int = DEFAULT_MAX_CHARS,
         fallback: Extractor | None = None,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"LLM base URL must be http(s): {base_url!r}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.url = endpoint(base_url, "/chat/completions")
         self.model = model
         self.name = f"llm:{model}"
         self.timeout_s = timeout_s

@@ -48,31 +48,29 @@ _AGREEMENT = {
 }
 # Auxiliaries before an inverted subject: "do you want" → "does Alice want".
 _INVERTED = {
-    "am": "is",
-    "are": "is",
-    "were": "was",
-    "have": "has",
-    "do": "does",
-    "don't": "doesn't",
-    "haven't": "hasn't",
-    "aren't": "isn't",
-    "weren't": "wasn't",
-    "did": "did",
-    "didn't": "didn't",
-    "can": "can",
-    "could": "could",
-    "will": "will",
-    "would": "would",
-    "should": "should",
-    "shall": "shall",
-    "may": "may",
-    "might": "might",
-    "must": "must",
-    "can't": "can't",
-    "won't": "won't",
-    "wouldn't": "wouldn't",
-    "couldn't": "couldn't",
-    "shouldn't": "shouldn't",
+    **{k: v for k, v in _AGREEMENT.items() if k != "be"},
+    # Modals and past forms stay as they are; listing them marks them as auxiliaries.
+    **{
+        word: word
+        for word in [
+            "did",
+            "didn't",
+            "can",
+            "could",
+            "will",
+            "would",
+            "should",
+            "shall",
+            "may",
+            "might",
+            "must",
+            "can't",
+            "won't",
+            "wouldn't",
+            "couldn't",
+            "shouldn't",
+        ]
+    },
 }
 _NOT_SUBJECT_AFTER = frozenset({"and", "or", "nor"})
 # "you" after these starts a clause, so it is the subject; elsewhere it is an object.
