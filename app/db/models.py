@@ -3,7 +3,7 @@
 from app.db.base import Base
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
 from app.layers.episodic.models import RawEvent, Session, Turn
-from app.layers.meta.models import AccessPattern, Procedure, Tenant
+from app.layers.meta.models import AccessPattern, ApiKey, Procedure, Tenant
 from app.layers.semantic.models import ExtractionBatch, Memory
 from app.layers.working.models import WorkingSummary
 
@@ -20,6 +20,7 @@ TENANT_TABLES = (
     Association,
     AccessPattern,
     Procedure,
+    ApiKey,
 )
 
 __all__ = ["TENANT_TABLES", "Base", "Tenant"]

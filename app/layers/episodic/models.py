@@ -66,6 +66,11 @@ class Turn(Base):
             postgresql_using="gin",
             postgresql_ops={"content": "gin_trgm_ops"},
         ),
+        Index(
+            "ix_turns_content_tsv",
+            text("to_tsvector('english'::regconfig, content)"),
+            postgresql_using="gin",
+        ),
         Index("ix_turns_topics", "topics", postgresql_using="gin"),
         Index(
             "ix_turns_unextracted",

@@ -39,6 +39,25 @@ class Tenant(Base):
     created_at: Mapped[datetime] = created_at_column()
 
 
+class ApiKey(Base):
+    """A tenant's API key, stored as a SHA-256 digest; the secret is shown once, at minting.
+
+    The request path resolves a digest to its tenant through `meta.api_key_tenant()`, a
+    security-definer function, so the application role never reads other tenants' keys.
+    """
+
+    __tablename__ = "api_keys"
+    __table_args__ = ({"schema": "meta"},)
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    name: Mapped[str] = mapped_column(String(128), nullable=False, server_default="")
+    key_prefix: Mapped[str] = mapped_column(String(32), nullable=False)
+    key_hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    created_at: Mapped[datetime] = created_at_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class AccessPattern(Base):
     __tablename__ = "access_patterns"
     __table_args__ = (

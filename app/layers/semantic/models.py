@@ -9,6 +9,7 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     CheckConstraint,
+    Computed,
     DateTime,
     Float,
     ForeignKey,
@@ -20,7 +21,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
@@ -52,6 +53,7 @@ class Memory(Base):
             postgresql_using="gin",
             postgresql_ops={"content": "gin_trgm_ops"},
         ),
+        Index("ix_memories_search_tsv", "search_tsv", postgresql_using="gin"),
         Index("ix_memories_topics", "topics", postgresql_using="gin"),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         Index(
@@ -107,6 +109,11 @@ class Memory(Base):
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
     embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    channel: Mapped[str | None] = mapped_column(String(128))
+    # Full-text side of hybrid search; English stemming, computed by Postgres on write.
+    search_tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True)
+    )
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = created_at_column()
 
