@@ -87,6 +87,25 @@ class RedisKeys:
         removed when their summary is flushed, so it stays as small as the active set."""
         return f"{self.prefix}:wm:active"
 
+    def user_pattern(self, tenant_id: str, user_id: str) -> str:
+        """SCAN pattern matching every per-user key (working memory, prefetch, access buffer):
+        they all carry the `{tenant|user}` tag, which is what forgetting a user deletes."""
+        return f"{self.prefix}:*{{{tenant_id}|{user_id}}}*"
+
+    # Recall (see app/services/prefetch.py and app/services/access.py).
+    def prefetch(self, tenant_id: str, user_id: str, channel: str) -> str:
+        """A user's speculatively prefetched memories for one channel (JSON, short TTL)."""
+        digest = hashlib.blake2b(channel.encode(), digest_size=8).hexdigest()
+        return f"{self.prefix}:prefetch:{{{tenant_id}|{user_id}}}:{digest}"
+
+    def access_buffer(self, tenant_id: str, user_id: str) -> str:
+        """Searches and assemblies of one user not yet written to L5 (a list of JSON records)."""
+        return f"{self.prefix}:access:{{{tenant_id}|{user_id}}}"
+
+    def access_pending(self) -> str:
+        """Set of `tenant|user` members whose access buffer has records to apply."""
+        return f"{self.prefix}:access:pending"
+
     # Embedding cache (see app/embedding/cache.py).
     def embedding_cache(self, digest: str) -> str:
         """One vector (float32 bytes); expires after ENGRAM_EMBEDDING_CACHE_TTL_S."""
