@@ -120,6 +120,32 @@ class Settings(BaseSettings):
         default=1, ge=1, le=64, description="onnxruntime intra-op threads of the local model"
     )
 
+    # Recall (hybrid search, context assembly, prefetch, API).
+    search_fusion: Literal["rrf", "weighted"] = Field(
+        default="rrf", description="how dense and lexical rankings are fused"
+    )
+    search_rrf_k: int = Field(default=60, ge=1, le=1000)
+    search_weight_dense: float = Field(default=0.5, ge=0, le=1)
+    search_weight_lexical: float = Field(default=0.5, ge=0, le=1)
+    search_candidates: int = Field(
+        default=100, ge=10, le=2000, description="candidates per ranking before fusion"
+    )
+    search_turns: Literal["uncovered", "always", "never"] = Field(
+        default="uncovered", description="raw L2 turns in results: only where no gem covers them"
+    )
+    search_prior_importance: float = Field(default=0.2, ge=0, le=2)
+    search_prior_recency: float = Field(default=0.1, ge=0, le=2)
+    search_prior_consolidation: float = Field(default=0.1, ge=0, le=2)
+    search_recency_half_life_days: float = Field(default=30.0, gt=0)
+    search_ef_search: int = Field(default=100, ge=10, le=1000, description="hnsw.ef_search")
+    context_token_budget: int = Field(default=2000, ge=50, le=200_000)
+    prefetch_ttl_s: int = Field(default=30, ge=1, le=3600)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=1, le=65535)
+    api_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    procedure_min_confidence: float = Field(default=0.7, ge=0, le=1)
+    procedure_min_similarity: float = Field(default=0.75, ge=-1, le=1)
+
     # Celery.
     task_time_limit_s: int = Field(default=600, ge=1)
     task_max_deliveries: int = Field(default=3, ge=1)

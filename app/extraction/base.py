@@ -40,6 +40,8 @@ class Gem:
     subject: str | None = None
     value: str | None = None
     metadata: dict[str, object] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)  # caller's labels, beside the kind
+    channel: str | None = None  # where it was said (default: its first source turn's channel)
 
 
 class Extractor(Protocol):

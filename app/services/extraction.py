@@ -256,10 +256,9 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                     continue
                 found = _gems(batch)
                 vectors = embedder.embed([g.content for g in found]) if found else []
-                sessions = {
-                    str(r.id): r.session_id
-                    for r in episodic.batch_turns(session=session, batch_id=batch_id)
-                }
+                turns = episodic.batch_turns(session=session, batch_id=batch_id)
+                sessions = {str(r.id): r.session_id for r in turns}
+                channels = {str(r.id): r.channel for r in turns}
                 stored = store_gems(
                     session=session,
                     settings=settings,
@@ -271,6 +270,7 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                     vectors=vectors,
                     turn_scores=episodic.batch_salience(session=session, batch_id=batch_id),
                     session_of_turn=sessions,
+                    channel_of_turn=channels,
                 )
                 record_entities(
                     session=session,

@@ -185,6 +185,7 @@ _MEMORY_COLUMNS = (
     ("extraction_batch_id", "uuid"),
     ("metadata", "jsonb"),
     ("embedding", "text"),
+    ("channel", "text"),
 )
 _NAMES = ", ".join(name for name, _ in _MEMORY_COLUMNS)
 _TYPES = ", ".join(f"{name} {kind}" for name, kind in _MEMORY_COLUMNS)

@@ -54,6 +54,7 @@ def store_gems(
     vectors: Sequence[Sequence[float]],
     turn_scores: dict[str, tuple[float, float]],
     session_of_turn: dict[str, Any],
+    channel_of_turn: dict[str, str] | None = None,
 ) -> StoredGems:
     stored = StoredGems()
     # 1. Within the batch: a gem close to an earlier one only adds its sources to it.
@@ -133,7 +134,7 @@ def store_gems(
                 "content": gem.content,
                 "summary": gem.summary,
                 "topics": list(gem.topics),
-                "tags": [gem.kind],
+                "tags": sorted({gem.kind, *gem.tags}),
                 "importance": min(1.0, max(0.0, gem.importance)),
                 "emotional_intensity": emotional,
                 "salience": salience,
@@ -149,6 +150,8 @@ def store_gems(
                 "extraction_batch_id": batch_id,
                 "metadata": gem.metadata,
                 "embedding": repository.vector_literal(item.vector),
+                "channel": gem.channel
+                or (channel_of_turn or {}).get(item.sources[0] if item.sources else "", None),
             }
         )
         new_gems.append(gem)

@@ -1,0 +1,98 @@
+"""SQL for searching L2 raw turns (full text) and reading them back by id."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db.fulltext import FulltextScope, bm25_candidates
+
+# Must match the expression of ix_turns_content_tsv, or the GIN index is not used.
+TURN_VECTOR = "to_tsvector('english'::regconfig, content)"
+
+
+@dataclass(frozen=True)
+class TurnFilter:
+    tenant_id: str
+    user_id: str
+    channel: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def clause(self) -> tuple[str, dict[str, Any]]:
+        parts = ["tenant_id = :tenant", "user_id = :user"]
+        params: dict[str, Any] = {"tenant": self.tenant_id, "user": self.user_id}
+        if self.channel is not None:
+            parts.append("channel = :channel")
+            params["channel"] = self.channel
+        if self.since is not None:
+            parts.append("occurred_at >= :since")
+            params["since"] = self.since
+        if self.until is not None:
+            parts.append("occurred_at < :until")
+            params["until"] = self.until
+        return " AND ".join(parts), params
+
+
+def lexical_candidates(
+    session: Session, turn_filter: TurnFilter, query: str, *, limit: int
+) -> dict[uuid.UUID, float]:
+    """turn id → BM25 score over the user's raw turns in the filter."""
+    where, params = turn_filter.clause()
+    scope = FulltextScope(table="episodic.turns", vector=TURN_VECTOR, where=where)
+    return bm25_candidates(session, scope, params, query=query, limit=limit)
+
+
+_TURN_FIELDS = (
+    "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at, metadata"
+)
+
+
+def turns_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
+            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: row for row in rows}
+
+
+def turn_window(
+    session: Session, user_id: str, turn_ids: Sequence[uuid.UUID], around: int
+) -> list[Any]:
+    """The turns themselves plus `around` turns before and after each, within each turn's
+    own session, in time order, each once (`is_source` marks the asked-for turns)."""
+    if not turn_ids:
+        return []
+    return list(
+        session.execute(
+            text(
+                "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
+                "  WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))),"
+                " around AS ("
+                "  SELECT b.id FROM src CROSS JOIN LATERAL (SELECT t.id FROM episodic.turns AS t"
+                "   WHERE t.session_id = src.session_id AND t.user_id = :user"
+                "   AND (t.occurred_at, t.id) < (src.occurred_at, src.id)"
+                "   ORDER BY t.occurred_at DESC, t.id DESC LIMIT :n) AS b"
+                "  UNION SELECT a.id FROM src CROSS JOIN LATERAL (SELECT t.id"
+                "   FROM episodic.turns AS t WHERE t.session_id = src.session_id"
+                "   AND t.user_id = :user AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
+                "   ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
+                "  UNION SELECT id FROM src)"
+                f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
+                " FROM episodic.turns WHERE id IN (SELECT id FROM around)"
+                " ORDER BY occurred_at, id"
+            ),
+            {"user": user_id, "ids": list(turn_ids), "n": around},
+        )
+    )

@@ -1,0 +1,185 @@
+"""SQL for searching L3: dense (HNSW) and full-text candidates under one filter, and the rows.
+
+The filter is the same for both rankings, so fusion never mixes in a memory the caller
+excluded. pgvector's iterative index scan keeps returning neighbours until `LIMIT` rows pass
+the user filter, so a filtered ANN query does not come back short (relaxed order is
+re-sorted by the exact distance in the outer query).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from app.db.fulltext import FulltextScope, bm25_candidates
+from app.layers.semantic.repository import vector_literal
+
+
+@dataclass(frozen=True)
+class MemoryFilter:
+    """What a search may return; tenant scoping is also enforced by row-level security."""
+
+    tenant_id: str
+    user_id: str
+    channel: str | None = None
+    tags: Sequence[str] = ()
+    kinds: Sequence[str] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    min_importance: float | None = None
+    include_superseded: bool = False
+    include_archived: bool = False
+    exclude_ids: Sequence[uuid.UUID] = field(default_factory=tuple)
+
+    def clause(self, alias: str = "") -> tuple[str, dict[str, Any]]:
+        """SQL predicate over semantic.memories (built from fixed fragments) and its params;
+        `alias` prefixes the columns ("m." when the table is aliased)."""
+        a = alias
+        parts = [f"{a}tenant_id = :tenant", f"{a}user_id = :user"]
+        params: dict[str, Any] = {"tenant": self.tenant_id, "user": self.user_id}
+        if not self.include_archived:
+            parts.append(f"{a}archived_at IS NULL")
+        if not self.include_superseded:
+            parts.append(f"{a}valid_to IS NULL")
+        if self.channel is not None:
+            parts.append(f"{a}channel = :channel")
+            params["channel"] = self.channel
+        if self.tags:
+            parts.append(f"{a}tags && CAST(:tags AS text[])")
+            params["tags"] = list(self.tags)
+        if self.kinds:
+            parts.append(f"{a}kind = ANY(CAST(:kinds AS text[]))")
+            params["kinds"] = list(self.kinds)
+        if self.since is not None:
+            parts.append(f"{a}occurred_at >= :since")
+            params["since"] = self.since
+        if self.until is not None:
+            parts.append(f"{a}occurred_at < :until")
+            params["until"] = self.until
+        if self.min_importance is not None:
+            parts.append(f"{a}importance >= :min_importance")
+            params["min_importance"] = self.min_importance
+        if self.exclude_ids:
+            parts.append(f"NOT ({a}id = ANY(CAST(:exclude AS uuid[])))")
+            params["exclude"] = list(self.exclude_ids)
+        return " AND ".join(parts), params
+
+
+def dense_candidates(
+    session: Session,
+    memory_filter: MemoryFilter,
+    vector: Sequence[float],
+    *,
+    limit: int,
+    ef_search: int,
+    exact: bool = False,
+) -> dict[uuid.UUID, float]:
+    """id → cosine similarity of the `limit` nearest memories passing the filter.
+
+    `exact` disables the index for this transaction: the ground truth ANN recall is
+    measured against."""
+    where, params = memory_filter.clause()
+    if exact:
+        session.execute(text("SET LOCAL enable_indexscan = off"))
+    else:
+        session.execute(
+            text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(ef_search)}
+        )
+        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    rows = session.execute(
+        text(
+            "SELECT id, 1 - distance AS cosine FROM (SELECT id,"  # noqa: S608
+            " embedding <=> CAST(:vector AS vector) AS distance FROM semantic.memories"
+            f" WHERE {where} AND embedding IS NOT NULL"
+            " ORDER BY embedding <=> CAST(:vector AS vector) LIMIT :limit) AS c"
+            " ORDER BY distance"
+        ),
+        {**params, "vector": vector_literal(vector), "limit": limit},
+    ).all()
+    if exact:
+        session.execute(text("SET LOCAL enable_indexscan = on"))
+    return {row.id: float(row.cosine) for row in rows}
+
+
+def lexical_candidates(
+    session: Session, memory_filter: MemoryFilter, query: str, *, limit: int
+) -> dict[uuid.UUID, float]:
+    """id → BM25 score over the user's memories in the filter."""
+    where, params = memory_filter.clause()
+    scope = FulltextScope(table="semantic.memories", vector="search_tsv", where=where)
+    return bm25_candidates(session, scope, params, query=query, limit=limit)
+
+
+def covering_memories(
+    session: Session, memory_filter: MemoryFilter, turn_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """turn id → ids of memories in the filter that were extracted from it."""
+    if not turn_ids:
+        return {}
+    where, params = memory_filter.clause("m.")
+    rows = session.execute(
+        text(
+            "SELECT m.id, t.turn_id FROM semantic.memories AS m"  # noqa: S608
+            " CROSS JOIN LATERAL unnest(m.source_turn_ids) AS t(turn_id)"
+            f" WHERE {where}"
+            " AND m.source_turn_ids && CAST(:turns AS uuid[])"
+            " AND t.turn_id = ANY(CAST(:turns AS uuid[]))"
+        ),
+        {**params, "turns": list(turn_ids)},
+    ).all()
+    covered: dict[uuid.UUID, list[uuid.UUID]] = {}
+    for memory_id, turn_id in rows:
+        covered.setdefault(turn_id, []).append(memory_id)
+    return covered
+
+
+_MEMORY_FIELDS = (
+    "m.id, m.user_id, m.kind, m.content, m.summary, m.topics, m.tags, m.importance,"
+    " m.emotional_intensity, m.consolidation_strength, m.access_count, m.occurred_at,"
+    " m.valid_from, m.valid_to, m.superseded_by, m.archived_at, m.session_id, m.channel,"
+    " m.source_turn_ids, m.original, m.metadata, m.created_at"
+)
+
+
+def memories_by_id(
+    session: Session, user_id: str | None, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Any]:
+    """The rows for these ids (of this user; any user of the tenant when None), each with its
+    source turns' ids and external ids."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            f"SELECT {_MEMORY_FIELDS}, ARRAY(SELECT t.external_id FROM episodic.turns AS t"  # noqa: S608
+            "  WHERE t.id = ANY(m.source_turn_ids)"
+            "  ORDER BY array_position(m.source_turn_ids, t.id)) AS source_external_ids,"
+            " ARRAY(SELECT t.id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
+            "  ORDER BY array_position(m.source_turn_ids, t.id)) AS source_ids"
+            " FROM semantic.memories AS m WHERE (CAST(:user AS text) IS NULL OR m.user_id = :user)"
+            " AND m.id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: row for row in rows}
+
+
+def memory_embeddings(
+    session: Session, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[float]]:
+    """Stored vectors for these memories (prefetch ranks cached candidates with them)."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            "SELECT id, CAST(embedding AS text) AS v FROM semantic.memories"
+            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[])) AND embedding IS NOT NULL"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: [float(x) for x in row.v.strip("[]").split(",")] for row in rows}

@@ -1,0 +1,115 @@
+"""Retrieval maths: BM25 over Postgres tsvectors, rank fusion, and the memory prior.
+
+Postgres' `ts_rank` has no inverse document frequency, so a query made of a whole dialogue
+turn is dominated by its common words. Engram takes candidates from the GIN index and scores
+them here with BM25, using document frequencies counted over the user's own rows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+# 'lexeme':1,4B 'it''s':2 — a quoted lexeme ('' escapes a quote), then optional positions.
+_TSVECTOR_ITEM = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+
+
+def tsvector_terms(value: str) -> dict[str, int]:
+    """Lexeme → term frequency from a tsvector's text form (positions counted; none → 1)."""
+    terms: dict[str, int] = {}
+    for match in _TSVECTOR_ITEM.finditer(value or ""):
+        lexeme = match.group(1).replace("''", "'")
+        positions = match.group(2)
+        terms[lexeme] = positions.count(",") + 1 if positions else 1
+    return terms
+
+
+def idf(df: int, n_docs: int) -> float:
+    """BM25's idf with the +1 inside the log, so it never goes negative for common terms."""
+    n = max(n_docs, df, 1)
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+def bm25(
+    query: Mapping[str, int],
+    doc: Mapping[str, int],
+    *,
+    df: Mapping[str, int],
+    n_docs: int,
+    avg_len: float,
+    k1: float = BM25_K1,
+    b: float = BM25_B,
+) -> float:
+    doc_len = sum(doc.values())
+    norm = k1 * (1.0 - b + b * doc_len / max(avg_len, 1.0))
+    score = 0.0
+    for term, query_tf in query.items():
+        tf = doc.get(term, 0)
+        if tf:
+            score += query_tf * idf(df.get(term, 1), n_docs) * tf * (k1 + 1.0) / (tf + norm)
+    return score
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[K]], *, k: int, weights: Sequence[float] | None = None
+) -> dict[K, float]:
+    """Σ weight / (k + rank) over the rankings an item appears in (rank from 1)."""
+    fused: dict[K, float] = {}
+    for index, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else weights[index]
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return fused
+
+
+def weighted_fusion(
+    scores: Sequence[Mapping[K, float]], *, weights: Sequence[float]
+) -> dict[K, float]:
+    """Σ weight * score / max(score) per ranking; an item missing from a ranking gets 0 there.
+
+    Dividing by the maximum (not min-max) keeps a weak best match weak instead of stretching
+    it to 1, and keeps BM25's and cosine's different scales comparable."""
+    fused: dict[K, float] = {}
+    for ranking, weight in zip(scores, weights, strict=True):
+        top = max(ranking.values(), default=0.0)
+        if top <= 0:
+            continue
+        for item, score in ranking.items():
+            fused[item] = fused.get(item, 0.0) + weight * max(score, 0.0) / top
+    return fused
+
+
+def recency(age_days: float, half_life_days: float) -> float:
+    """1 now, ½ after one half-life; future timestamps count as now."""
+    return 0.5 ** (max(age_days, 0.0) / half_life_days)
+
+
+@dataclass(frozen=True)
+class PriorWeights:
+    importance: float
+    recency: float
+    consolidation: float
+
+
+def memory_prior(
+    *, importance: float, recency_score: float, consolidation: float, weights: PriorWeights
+) -> float:
+    """Multiplier on the fused relevance: 1 for an average memory, bounded so that the prior
+    re-orders near-ties but never lets an important, irrelevant memory outrank a relevant one.
+
+    Importance is centred on 0.5 (the default), so unknown importance changes nothing."""
+    return max(
+        0.1,
+        1.0
+        + weights.importance * (min(max(importance, 0.0), 1.0) - 0.5)
+        + weights.recency * min(max(recency_score, 0.0), 1.0)
+        + weights.consolidation * min(max(consolidation, 0.0), 1.0),
+    )

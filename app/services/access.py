@@ -1,0 +1,100 @@
+"""Access recording: searches and assemblies go to a per-user Redis buffer on the request
+path (one round trip) and into L5 access patterns and L3 access stats in batches, off it.
+
+Applying is idempotent: each record carries its own id, which becomes the access pattern's
+primary key, and memories are bumped only for records inserted now. The buffer is trimmed
+after the commit, so a crash in between replays records that then change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.keys import RedisKeys
+from app.layers.meta import access as access_sql
+
+BUFFER_TTL_S = 7 * 86_400
+BATCH = 1000
+
+# Leave the user in the pending set while their buffer still holds records.
+_DONE_IF_EMPTY = """
+if redis.call('LLEN', KEYS[1]) == 0 then
+  return redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 0
+"""
+
+
+def record_access(
+    client: redis.Redis,
+    keys: RedisKeys,
+    *,
+    tenant_id: str,
+    user_id: str,
+    channel: str | None,
+    query: str,
+    memory_ids: Sequence[uuid.UUID],
+    scores: Sequence[float],
+    at: datetime | None = None,
+) -> None:
+    record = {
+        "id": str(uuid.uuid4()),
+        "channel": channel,
+        "query": query[:2000],
+        "hit_ids": [str(m) for m in memory_ids],
+        "scores": [round(float(s), 6) for s in scores],
+        "at": (at or datetime.now(UTC)).isoformat(),
+    }
+    buffer = keys.access_buffer(tenant_id, user_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(buffer, json.dumps(record))
+    pipe.expire(buffer, BUFFER_TTL_S)
+    pipe.sadd(keys.access_pending(), f"{tenant_id}|{user_id}")
+    pipe.execute()
+
+
+def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 200) -> int:
+    """Write buffered accesses of up to `max_users` users; returns records applied."""
+    keys = RedisKeys.from_settings(settings)
+    pending = client.srandmember(keys.access_pending(), max_users) or []
+    done_if_empty = client.register_script(_DONE_IF_EMPTY)
+    applied = 0
+    for raw in pending:
+        member = raw.decode() if isinstance(raw, bytes) else str(raw)
+        tenant_id, _, user_id = member.partition("|")
+        buffer = keys.access_buffer(tenant_id, user_id)
+        items = client.lrange(buffer, 0, BATCH - 1)
+        if items:
+            records = [json.loads(item) for item in items]
+            applied += _apply(tenant_id, user_id, records)
+            client.ltrim(buffer, len(items), -1)
+        done_if_empty(keys=[buffer, keys.access_pending()], args=[member])
+    return applied
+
+
+def _apply(tenant_id: str, user_id: str, records: list[dict[str, Any]]) -> int:
+    with unit_of_work(tenant_id) as session:
+        inserted = access_sql.insert_patterns(
+            session=session, tenant_id=tenant_id, user_id=user_id, records=records
+        )
+        fresh = [r for r in records if r["id"] in inserted]
+        counts: dict[str, int] = {}
+        last: dict[str, str] = {}
+        for record in fresh:
+            for memory_id in record["hit_ids"]:
+                counts[memory_id] = counts.get(memory_id, 0) + 1
+                last[memory_id] = max(last.get(memory_id, record["at"]), record["at"])
+        access_sql.bump_memories(
+            session=session,
+            user_id=user_id,
+            rows=[{"id": m, "hits": n, "at": last[m]} for m, n in counts.items()],
+        )
+    return len(inserted)
