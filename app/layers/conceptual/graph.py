@@ -271,3 +271,49 @@ def _one_line(value: str) -> str:
 
 def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, int(value)))
+
+
+_FACTS_ABOUT = text(
+    """
+WITH named AS (
+    SELECT DISTINCT entity_id FROM conceptual.mentions
+    WHERE user_id = :user_id AND memory_id = ANY(CAST(:memory_ids AS uuid[]))
+)
+SELECT s.name, r.relation_type, t.name, r.weight, r.source_entity_id, r.target_entity_id,
+       r.memory_id
+FROM conceptual.relations AS r
+JOIN conceptual.entities AS s ON s.id = r.source_entity_id AND s.user_id = :user_id
+JOIN conceptual.entities AS t ON t.id = r.target_entity_id AND t.user_id = :user_id
+WHERE r.user_id = :user_id AND r.valid_to IS NULL AND r.source_entity_id <> r.target_entity_id
+  AND (r.source_entity_id IN (SELECT entity_id FROM named)
+       OR r.target_entity_id IN (SELECT entity_id FROM named))
+ORDER BY r.weight DESC, r.mention_count DESC, s.name, t.name
+LIMIT :limit
+"""
+)
+
+
+def facts_about(
+    *, session: Session, user_id: str, memory_ids: Sequence[uuid.UUID], limit: int = 20
+) -> list[GraphEdge]:
+    """Current relations touching an entity the memories name: the graph facts a context
+    block adds beside them (depth 1, strongest first)."""
+    if not memory_ids:
+        return []
+    rows = session.execute(
+        _FACTS_ABOUT,
+        {"user_id": user_id, "memory_ids": list(memory_ids), "limit": _clamp(limit, 1, MAX_EDGES)},
+    )
+    return [
+        GraphEdge(
+            source=source,
+            relation=relation,
+            target=target,
+            weight=float(weight),
+            depth=1,
+            source_id=source_id,
+            target_id=target_id,
+            memory_id=memory_id,
+        )
+        for source, relation, target, weight, source_id, target_id, memory_id in rows
+    ]

@@ -183,3 +183,19 @@ def memory_embeddings(
         {"user": user_id, "ids": list(ids)},
     ).all()
     return {row.id: [float(x) for x in row.v.strip("[]").split(",")] for row in rows}
+
+
+def recent_memory_ids(
+    session: Session, user_id: str, *, limit: int, exclude: Sequence[uuid.UUID] = ()
+) -> list[uuid.UUID]:
+    """The user's current memories, most recent first (prefetch fills up with these)."""
+    return list(
+        session.execute(
+            text(
+                "SELECT id FROM semantic.memories WHERE user_id = :user AND valid_to IS NULL"
+                " AND archived_at IS NULL AND NOT (id = ANY(CAST(:exclude AS uuid[])))"
+                " ORDER BY occurred_at DESC LIMIT :limit"
+            ),
+            {"user": user_id, "exclude": list(exclude), "limit": max(limit - len(exclude), 0)},
+        ).scalars()
+    )

@@ -1,0 +1,325 @@
+"""`assemble_context`: what an agent puts in front of its model for the next answer.
+
+Parts are packed into the token budget in this priority order, each part taking what is left:
+  1. the live conversation — newest L1 turns, up to 40 % of the budget;
+  2. memories relevant to the query (hybrid search, or the prefetched set when fresh);
+  3. a procedural suggestion, when one is confident enough for this query;
+  4. the summary of older working-memory turns;
+  5. graph facts about the entities the chosen memories name.
+An item that does not fit is skipped (a smaller one after it may still fit). Memories that
+repeat a turn already in the block are dropped. The block is laid out in a fixed order
+(summary, conversation, memories, facts, procedure), whatever the packing order was.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.embedding.base import Embedder, EmbeddingError
+from app.keys import RedisKeys
+from app.layers.conceptual.graph import facts_about, render_fact
+from app.layers.working.store import WorkingMemoryStore, WorkingTurn
+from app.scoring.retrieval import PriorWeights, memory_prior, recency
+from app.services import procedures
+from app.services.access import record_access
+from app.services.prefetch import PrefetchEntry, cached
+from app.services.search import SearchRequest, search
+from app.streams.events import Channel, Identifier
+from app.text.tokens import count_tokens
+
+_log = logging.getLogger(__name__)
+
+CONVERSATION_SHARE = 0.4
+MEMORY_CANDIDATES = 20
+HEADERS = {
+    "summary": "## Earlier in this conversation",
+    "turns": "## Conversation",
+    "memories": "## Relevant memories",
+    "facts": "## Related facts",
+    "procedure": "## Suggested procedure",
+}
+
+
+class ContextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    query: str = Field(min_length=1, max_length=8000)
+    channel: Channel | None = None
+    token_budget: int | None = Field(default=None, ge=50, le=200_000)
+
+
+@dataclass
+class ContextResult:
+    text: str
+    tokens: int
+    token_budget: int
+    prefetch: Literal["hit", "miss"]
+    parts: dict[str, Any]
+    took_ms: float
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Memo:
+    """The request's embedder: the query is embedded once, however many parts ask for it."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self._vectors: dict[str, list[float]] = {}
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            self._vectors.update(zip(missing, self.inner.embed(missing), strict=True))
+        return [self._vectors[t] for t in texts]
+
+
+@dataclass
+class _Packer:
+    budget: int
+    used: int = 0
+    sections: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, section: str, line: str) -> bool:
+        cost = count_tokens(line) + (
+            0 if section in self.sections else count_tokens(HEADERS[section])
+        )
+        if self.used + cost > self.budget:
+            return False
+        self.sections.setdefault(section, []).append(line)
+        self.used += cost
+        return True
+
+    def text(self) -> str:
+        blocks = [
+            "\n".join([HEADERS[name], *self.sections[name]])
+            for name in HEADERS
+            if self.sections.get(name)
+        ]
+        return "\n\n".join(blocks)
+
+
+def _turn_line(turn: WorkingTurn) -> str:
+    who = turn.speaker or turn.role
+    return f"[{turn.at:%Y-%m-%d %H:%M}] {who}: {' '.join(turn.content.split())}"
+
+
+def _memory_line(content: str, occurred_at: datetime, kind: str) -> str:
+    return f"- [{occurred_at:%Y-%m-%d}] {' '.join(content.split())} ({kind})"
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _from_prefetch(
+    entry: PrefetchEntry, vector: list[float] | None, settings: Settings, limit: int
+) -> list[dict[str, Any]]:
+    """Rank prefetched memories against the query: cosine times the same prior search uses."""
+    if not entry.memories:
+        return []
+    weights = PriorWeights(
+        importance=settings.search_prior_importance,
+        recency=settings.search_prior_recency,
+        consolidation=settings.search_prior_consolidation,
+    )
+    now = datetime.now(UTC)
+    similarities = (
+        np.stack([m.vector for m in entry.memories]) @ np.asarray(vector, dtype=np.float32)
+        if vector is not None
+        else np.zeros(len(entry.memories))
+    )
+    ranked = []
+    for memory, similarity in zip(entry.memories, similarities, strict=True):
+        at = datetime.fromisoformat(memory.occurred_at)
+        prior = memory_prior(
+            importance=memory.importance,
+            recency_score=recency(
+                (now - at).total_seconds() / 86_400, settings.search_recency_half_life_days
+            ),
+            consolidation=memory.consolidation,
+            weights=weights,
+        )
+        ranked.append(
+            {
+                "id": uuid.UUID(memory.id),
+                "layer": "memory",
+                "kind": memory.kind,
+                "content": memory.content,
+                "occurred_at": at,
+                "score": float(similarity) * prior,
+                "source_turn_ids": memory.source_turn_ids,
+                "session_id": memory.session_id,
+            }
+        )
+    ranked.sort(key=lambda m: -m["score"])
+    return ranked[:limit]
+
+
+def assemble_context(
+    tenant_id: str,
+    request: ContextRequest,
+    *,
+    settings: Settings,
+    embedder: Embedder,
+    client: redis.Redis,
+) -> ContextResult:
+    started = time.perf_counter()
+    embedder = _Memo(embedder)
+    budget = request.token_budget or settings.context_token_budget
+    warnings: list[str] = []
+    working = WorkingMemoryStore(client, settings).read(tenant_id, request.user_id)
+    entry = cached(client, settings, tenant_id, request.user_id, request.channel)
+    facts: list[dict[str, Any]] = []
+    if entry is not None:
+        try:
+            vector: list[float] | None = embedder.embed([request.query])[0]
+        except EmbeddingError as exc:
+            warnings.append(f"embedding backend unavailable: {exc}")
+            vector = None
+        candidates = _from_prefetch(entry, vector, settings, MEMORY_CANDIDATES)
+        facts = entry.facts
+    else:
+        result = search(
+            tenant_id,
+            SearchRequest(
+                user_id=request.user_id,
+                query=request.query,
+                channel=None,
+                limit=MEMORY_CANDIDATES,
+            ),
+            settings=settings,
+            embedder=embedder,
+            client=None,
+        )
+        warnings += result.warnings
+        candidates = [
+            {
+                "id": h.id,
+                "layer": h.layer,
+                "kind": h.kind,
+                "content": h.content,
+                "occurred_at": h.occurred_at,
+                "score": h.score,
+                "source_turn_ids": h.source_turn_ids,
+                "session_id": h.session_id,
+            }
+            for h in result.hits
+        ]
+    suggestion = None
+    try:
+        suggestion = procedures.suggest(
+            tenant_id=tenant_id,
+            user_id=request.user_id,
+            query=request.query,
+            embedder=embedder,
+            settings=settings,
+        )
+    except EmbeddingError as exc:
+        warnings.append(f"no procedural suggestion: {exc}")
+
+    packer = _Packer(budget)
+    parts: dict[str, Any] = {
+        "turns": [],
+        "summary": None,
+        "memories": [],
+        "facts": [],
+        "procedure": None,
+    }
+    # 1. Live conversation: newest first into at most CONVERSATION_SHARE of the budget.
+    turns = working.turns if working is not None else []
+    share = _Packer(int(budget * CONVERSATION_SHARE))
+    kept: list[WorkingTurn] = []
+    for turn in reversed(turns):
+        if not share.add("turns", _turn_line(turn)):
+            break
+        kept.append(turn)
+    kept.reverse()
+    for turn in kept:
+        packer.add("turns", _turn_line(turn))
+    parts["turns"] = [
+        {"id": t.id, "role": t.role, "speaker": t.speaker, "content": t.content, "at": t.at}
+        for t in kept
+    ]
+    in_block = {_normalised(t.content) for t in kept} | {t.id for t in kept}
+    # 2. Memories.
+    chosen: list[dict[str, Any]] = []
+    for item in candidates:
+        if _normalised(item["content"]) in in_block or (
+            item["layer"] == "turn" and set(item["source_turn_ids"]) & in_block
+        ):
+            continue
+        if packer.add("memories", _memory_line(item["content"], item["occurred_at"], item["kind"])):
+            chosen.append(item)
+            in_block.add(_normalised(item["content"]))
+    parts["memories"] = chosen
+    # 3. Procedure.
+    if suggestion is not None:
+        steps = " → ".join(
+            str(step.get("tool")) if isinstance(step, dict) else str(step)
+            for step in suggestion.tool_sequence
+        )
+        line = f"{steps} (confidence {suggestion.confidence:.2f}, for “{suggestion.query_pattern}”)"
+        if packer.add("procedure", line):
+            parts["procedure"] = {
+                "id": suggestion.procedure_id,
+                "tool_sequence": suggestion.tool_sequence,
+                "confidence": suggestion.confidence,
+                "similarity": suggestion.similarity,
+            }
+    # 4. Summary of older turns.
+    if working is not None and working.summary and packer.add("summary", working.summary):
+        parts["summary"] = working.summary
+    # 5. Graph facts about the chosen memories.
+    if entry is None:
+        memory_ids = [m["id"] for m in chosen if m["layer"] == "memory"]
+        with unit_of_work(tenant_id) as session:
+            edges = facts_about(session=session, user_id=request.user_id, memory_ids=memory_ids)
+        facts = [
+            {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}
+            for e in edges
+        ]
+    seen_facts: set[str] = set()
+    for fact in facts:
+        if fact["line"] not in seen_facts and packer.add("facts", f"- {fact['line']}"):
+            parts["facts"].append(fact)
+            seen_facts.add(fact["line"])
+
+    text = packer.text()
+    memories = [m for m in chosen if m["layer"] == "memory"]
+    try:
+        record_access(
+            client,
+            RedisKeys.from_settings(settings),
+            tenant_id=tenant_id,
+            user_id=request.user_id,
+            channel=request.channel,
+            query=request.query,
+            memory_ids=[m["id"] for m in memories],
+            scores=[m["score"] for m in memories],
+        )
+    except redis.RedisError as exc:
+        _log.warning("access not recorded: %s", exc)
+    return ContextResult(
+        text=text,
+        tokens=count_tokens(text),
+        token_budget=budget,
+        prefetch="hit" if entry is not None else "miss",
+        parts=parts,
+        took_ms=(time.perf_counter() - started) * 1000,
+        warnings=warnings,
+    )

@@ -1,0 +1,167 @@
+"""Speculative prefetch: when a user starts typing or switches channel, compute the memories
+they are likely to need into Redis, so the context assembly that follows skips the database.
+
+Likely = the user's hot memories (L5 view), plus what their recent searches on this channel
+around this hour returned, plus what their live conversation (last user turns in L1) finds.
+The entry carries each memory's vector, so the assembly ranks it against the real query.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import redis
+
+from app.config import Settings
+from app.db.session import unit_of_work
+from app.embedding.base import Embedder, EmbeddingError
+from app.keys import RedisKeys
+from app.layers.conceptual.graph import facts_about, render_fact
+from app.layers.meta import access as access_sql
+from app.layers.semantic import search as memory_search
+from app.layers.working.store import WorkingMemoryStore
+from app.services.search import SearchRequest, fuse, gather
+
+_log = logging.getLogger(__name__)
+
+HOT = 50
+PATTERN_HITS = 50
+CONVERSATION_HITS = 30
+PATTERN_WINDOW = timedelta(days=7)
+FILL_TO = 150
+
+
+@dataclass(frozen=True)
+class PrefetchedMemory:
+    id: str
+    kind: str
+    content: str
+    occurred_at: str
+    importance: float
+    consolidation: float
+    session_id: str | None
+    channel: str | None
+    source_turn_ids: list[str]
+    vector: np.ndarray
+
+
+@dataclass(frozen=True)
+class PrefetchEntry:
+    computed_at: datetime
+    memories: list[PrefetchedMemory]
+    facts: list[dict[str, Any]]
+
+
+def _conversation_query(store: WorkingMemoryStore, tenant_id: str, user_id: str) -> str | None:
+    memory = store.read(tenant_id, user_id)
+    if memory is None:
+        return None
+    said = [t.content for t in memory.turns if t.role == "user"][-3:]
+    return " ".join(said)[:4000] or None
+
+
+def prefetch(
+    tenant_id: str,
+    user_id: str,
+    channel: str | None,
+    *,
+    settings: Settings,
+    embedder: Embedder,
+    client: redis.Redis,
+    now: datetime | None = None,
+) -> int:
+    """Compute and cache the user's likely memories for `channel`; returns how many."""
+    now = now or datetime.now(UTC)
+    store = WorkingMemoryStore(client, settings)
+    conversation = _conversation_query(store, tenant_id, user_id)
+    vector = None
+    if conversation:
+        try:
+            vector = embedder.embed([conversation])[0]
+        except EmbeddingError as exc:
+            _log.warning("prefetch without the conversation's vector: %s", exc)
+    with unit_of_work(tenant_id) as session:
+        ids: list[Any] = list(access_sql.hot_memories(session=session, user_id=user_id, limit=HOT))
+        ids += [
+            memory_id
+            for memory_id, _ in access_sql.recent_hits(
+                session=session,
+                user_id=user_id,
+                channel=channel,
+                hour=now.hour,
+                since=now - PATTERN_WINDOW,
+                limit=PATTERN_HITS,
+            )
+        ]
+        if conversation:
+            request = SearchRequest(user_id=user_id, query=conversation, limit=CONVERSATION_HITS)
+            fused, _ = fuse(gather(session, tenant_id, request, vector, settings), settings)
+            ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+            ids += [key[1] for key, _ in ranked if key[0] == "memory"][:CONVERSATION_HITS]
+        unique = list(dict.fromkeys(ids))
+        if len(unique) < FILL_TO:  # a small user's whole current memory fits: rank it all
+            unique += memory_search.recent_memory_ids(
+                session, user_id, limit=FILL_TO, exclude=unique
+            )
+        rows = memory_search.memories_by_id(session, user_id, unique)
+        current = [i for i in unique if i in rows and rows[i].valid_to is None]
+        current = [i for i in current if rows[i].archived_at is None]
+        vectors = memory_search.memory_embeddings(session, user_id, current)
+        edges = facts_about(session=session, user_id=user_id, memory_ids=current[:20], limit=20)
+    memories = [
+        {
+            "id": str(i),
+            "kind": rows[i].kind,
+            "content": rows[i].content,
+            "occurred_at": rows[i].occurred_at.isoformat(),
+            "importance": rows[i].importance,
+            "consolidation": rows[i].consolidation_strength,
+            "session_id": str(rows[i].session_id) if rows[i].session_id else None,
+            "channel": rows[i].channel,
+            "source_turn_ids": list(rows[i].source_external_ids or []),
+            "vector": base64.b64encode(np.asarray(vectors[i], dtype=np.float32).tobytes()).decode(),
+        }
+        for i in current
+        if i in vectors
+    ]
+    entry = {
+        "computed_at": now.isoformat(),
+        "memories": memories,
+        "facts": [
+            {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}
+            for e in edges
+        ],
+    }
+    key = RedisKeys.from_settings(settings).prefetch(tenant_id, user_id, channel or "")
+    client.set(key, json.dumps(entry), ex=settings.prefetch_ttl_s)
+    return len(memories)
+
+
+def cached(
+    client: redis.Redis, settings: Settings, tenant_id: str, user_id: str, channel: str | None
+) -> PrefetchEntry | None:
+    """The fresh entry (Redis expires it after the TTL), or None (also when it holds nothing:
+    an empty guess must not hide what a search would find)."""
+    raw = client.get(RedisKeys.from_settings(settings).prefetch(tenant_id, user_id, channel or ""))
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    if not data["memories"]:
+        return None
+    return PrefetchEntry(
+        computed_at=datetime.fromisoformat(data["computed_at"]),
+        memories=[
+            PrefetchedMemory(
+                **{k: v for k, v in m.items() if k != "vector"},
+                vector=np.frombuffer(base64.b64decode(m["vector"]), dtype=np.float32),
+            )
+            for m in data["memories"]
+        ],
+        facts=data["facts"],
+    )
