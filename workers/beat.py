@@ -23,6 +23,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "task": "engram.extract.retry_stale",
             "schedule": 300.0,
         },
+        "apply-access": {
+            "task": "engram.recall.apply_access",
+            "schedule": 10.0,
+        },
         "close-idle-sessions": {
             "task": "engram.maintenance.close_idle_sessions",
             "schedule": 300.0,

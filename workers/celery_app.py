@@ -16,7 +16,9 @@ from app.redis_client import resolve_redis_url
 from workers.beat import beat_schedule
 from workers.queues import MAINTENANCE, ROUTES, TASK_QUEUES
 
-app = Celery("engram", include=["tasks.ingest", "tasks.maintenance", "tasks.extract"])
+app = Celery(
+    "engram", include=["tasks.ingest", "tasks.maintenance", "tasks.extract", "tasks.recall"]
+)
 
 
 @app.on_configure.connect

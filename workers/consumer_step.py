@@ -65,6 +65,26 @@ def dispatch_scoring(result: IngestResult) -> None:
             raise ConnectionError(f"could not queue scoring for the batch: {exc}") from exc
 
 
+def dispatch_committed(result: IngestResult) -> None:
+    dispatch_scoring(result)
+    dispatch_prefetch(result)
+
+
+def dispatch_prefetch(result: IngestResult) -> None:
+    """Prefetch is a guess: a failed send costs a cache miss later, never the batch."""
+    if not result.prefetch:
+        return
+    from workers.celery_app import app
+
+    try:
+        app.send_task(
+            "engram.recall.prefetch",
+            args=[[list(item) for item in sorted(result.prefetch, key=str)]],
+        )
+    except Exception as exc:
+        _log.warning("prefetch not queued: %s", exc)
+
+
 def consumer_name(index: int) -> str:
     """Unique per process lifetime, so a restarted worker never inherits a dead one's PEL."""
     return f"{socket.gethostname()}:{os.getpid()}:{index}:{uuid.uuid4().hex[:6]}"
@@ -94,7 +114,7 @@ class StreamConsumerStep(bootsteps.StartStopStep):
                 client=client,
                 settings=settings,
                 handler=IngestService(
-                    client=client, settings=settings, on_committed=dispatch_scoring
+                    client=client, settings=settings, on_committed=dispatch_committed
                 ),
                 name=consumer_name(index),
             )

@@ -9,7 +9,8 @@ EXTRACT = "extract"
 EMBED = "embed"
 MAINTENANCE = "maintenance"
 DREAM = "dream"
-ALL_QUEUES = (INGEST, EXTRACT, EMBED, MAINTENANCE, DREAM)
+RECALL = "recall"
+ALL_QUEUES = (INGEST, EXTRACT, EMBED, MAINTENANCE, DREAM, RECALL)
 
 TASK_QUEUES = tuple(
     Queue(name, Exchange(name, type="direct"), routing_key=name) for name in ALL_QUEUES
@@ -22,4 +23,5 @@ ROUTES = {
     "engram.embed.*": {"queue": EMBED},
     "engram.maintenance.*": {"queue": MAINTENANCE},
     "engram.dream.*": {"queue": DREAM},
+    "engram.recall.*": {"queue": RECALL},
 }

@@ -31,6 +31,9 @@ from app.text.tokens import count_tokens
 
 _log = logging.getLogger(__name__)
 
+# The user is about to ask something, or has moved: guess what they will need.
+PREFETCH_TRIGGERS = ("typing_start", "channel_switch")
+
 
 @dataclass
 class IngestResult:
@@ -43,6 +46,8 @@ class IngestResult:
     # tenant → every user with a turn in the batch, replays included: what follows (scoring)
     # picks the users' unscored turns itself, so a replay after a lost dispatch still counts.
     turn_users: dict[str, set[str]] = field(default_factory=dict)
+    # (tenant, user, channel) of typing_start / channel_switch events: prefetch for them.
+    prefetch: set[tuple[str, str, str | None]] = field(default_factory=set)
 
 
 def user_lock_key(tenant_id: str, user_id: str) -> int:
@@ -122,6 +127,11 @@ class IngestService:
         decoded = _decode_entries(entries)
         self._token_counts: dict[Any, int] = {}
         result = self.persist(decoded)
+        result.prefetch = {
+            (event.tenant_id, event.user_id, event.channel)
+            for _, event in decoded
+            if event.type in PREFETCH_TRIGGERS
+        }
         self.update_working_memory(decoded)
         if self.on_committed is not None:
             self.on_committed(result)

@@ -139,11 +139,19 @@ def covering_memories(
     return covered
 
 
-_MEMORY_FIELDS = (
+MEMORY_FIELDS = (
     "m.id, m.user_id, m.kind, m.content, m.summary, m.topics, m.tags, m.importance,"
     " m.emotional_intensity, m.consolidation_strength, m.access_count, m.occurred_at,"
     " m.valid_from, m.valid_to, m.superseded_by, m.archived_at, m.session_id, m.channel,"
     " m.source_turn_ids, m.original, m.metadata, m.created_at"
+)
+
+# The memory's source turns (ids and the producers' external ids), in the memory's order.
+SOURCE_TURNS = (
+    "ARRAY(SELECT t.external_id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
+    " ORDER BY array_position(m.source_turn_ids, t.id)) AS source_external_ids,"
+    " ARRAY(SELECT t.id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
+    " ORDER BY array_position(m.source_turn_ids, t.id)) AS source_ids"
 )
 
 
@@ -156,11 +164,7 @@ def memories_by_id(
         return {}
     rows = session.execute(
         text(
-            f"SELECT {_MEMORY_FIELDS}, ARRAY(SELECT t.external_id FROM episodic.turns AS t"  # noqa: S608
-            "  WHERE t.id = ANY(m.source_turn_ids)"
-            "  ORDER BY array_position(m.source_turn_ids, t.id)) AS source_external_ids,"
-            " ARRAY(SELECT t.id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
-            "  ORDER BY array_position(m.source_turn_ids, t.id)) AS source_ids"
+            f"SELECT {MEMORY_FIELDS}, {SOURCE_TURNS}"  # noqa: S608
             " FROM semantic.memories AS m WHERE (CAST(:user AS text) IS NULL OR m.user_id = :user)"
             " AND m.id = ANY(CAST(:ids AS uuid[]))"
         ),

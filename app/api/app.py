@@ -1,0 +1,161 @@
+"""The Engram REST API (FastAPI): `engram api` serves it, OpenAPI at /openapi.json and /docs.
+
+Route handlers are plain functions, so FastAPI runs them in its thread pool: the services
+they call (SQLAlchemy, redis-py, onnxruntime) block, and must not block the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.routes import router
+from app.config import Settings, get_settings
+from app.db.session import unit_of_work
+from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.factory import check_dimension, get_embedder
+from app.redis_client import get_redis
+from app.streams.producer import EventProducer
+
+
+@dataclass
+class ApiState:
+    settings: Settings
+    redis: redis.Redis
+    embedder: Embedder
+    producer: EventProducer
+
+
+class BodyLimit:
+    """Refuse request bodies over the limit with 413, declared or streamed, before parsing."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLargeError
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLargeError:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(
+            {"detail": {"message": f"request body is larger than {self.max_bytes} bytes"}},
+            status_code=413,
+        )
+        await response(scope, receive, send)
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+def _field(location: tuple[Any, ...]) -> str:
+    where = location[1:] if location and location[0] in ("body", "query", "path") else location
+    parts = [str(p) for p in where]
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out or ".".join(str(p) for p in location)
+
+
+def create_app(settings: Settings | None = None, *, embedder: Embedder | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = get_redis(settings)
+        model = embedder or get_embedder(settings, client)
+        check_dimension(model, settings)
+        app.state.engram = ApiState(
+            settings=settings,
+            redis=client,
+            embedder=model,
+            producer=EventProducer(client, settings),
+        )
+        yield
+
+    app = FastAPI(
+        title="Engram",
+        version="1",
+        summary="Long-term memory for LLM agents: capture, recall, forget.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    app.include_router(router)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        fields = sorted({_field(tuple(e.get("loc", ()))) for e in errors})
+        return JSONResponse(
+            {
+                "detail": {
+                    "message": "invalid request: "
+                    + "; ".join(f"{_field(tuple(e['loc']))}: {e['msg']}" for e in errors[:10]),
+                    "fields": fields,
+                    "errors": jsonable_encoder(errors, exclude={"input", "ctx", "url"}),
+                }
+            },
+            status_code=422,
+        )
+
+    @app.exception_handler(EmbeddingError)
+    async def embedding_down(_: Request, exc: EmbeddingError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": {"message": f"embedding backend unavailable: {exc}"}},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "5"},
+        )
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz(request: Request) -> JSONResponse:
+        """Database and Redis reachable (no key needed; reveals nothing about tenants)."""
+        checks: dict[str, str] = {}
+        try:
+            with unit_of_work() as session:
+                session.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+        except Exception as exc:  # any failure is the answer here
+            checks["database"] = f"error: {type(exc).__name__}"
+        try:
+            request.app.state.engram.redis.ping()
+            checks["redis"] = "ok"
+        except redis.RedisError as exc:
+            checks["redis"] = f"error: {type(exc).__name__}"
+        healthy = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ok" if healthy else "degraded", "checks": checks},
+            status_code=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
+
+    return app

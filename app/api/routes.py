@@ -1,0 +1,248 @@
+"""The /v1 routes: thin adapters from HTTP to the services, which own transactions and SQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.auth import Tenant
+from app.db.session import unit_of_work
+from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
+from app.layers.semantic import listing
+from app.services import procedures
+from app.services.context import ContextRequest, assemble_context
+from app.services.forget import forget_user
+from app.services.memories import RememberRequest, get_memory, memory_view, remember
+from app.services.search import SearchRequest, search
+from app.services.stats import tenant_stats
+from app.streams.events import IDENTIFIER, EventValidationError, Identifier, parse_event
+from app.streams.producer import ProducerError, StreamFullError
+
+router = APIRouter(prefix="/v1")
+
+MAX_EVENTS = 1000
+UserId = Annotated[str, Query(pattern=IDENTIFIER)]
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.engram
+
+
+class EventBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_EVENTS)
+
+
+@router.post("/events", status_code=status.HTTP_202_ACCEPTED, tags=["capture"])
+def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """Queue events (turns, typing_start, channel_switch, …) for ingestion; returns their ids.
+
+    Each event is validated; one bad event refuses the whole batch with the field named.
+    The tenant is the key's: an event naming another tenant is refused."""
+    parsed = []
+    for index, raw in enumerate(batch.events):
+        given = raw.get("tenant_id")
+        if given is not None and given != tenant:
+            raise HTTPException(
+                422,
+                {
+                    "message": "tenant_id must be the API key's tenant (or omitted)",
+                    "fields": [f"events[{index}].tenant_id"],
+                },
+            )
+        try:
+            parsed.append(parse_event({**raw, "tenant_id": tenant}))
+        except EventValidationError as exc:
+            raise HTTPException(
+                422,
+                {"message": str(exc), "fields": [f"events[{index}].{f}" for f in exc.fields]},
+            ) from None
+    try:
+        receipts = _state(request).producer.send_many(parsed)
+    except StreamFullError as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"message": str(exc), "accepted": [r.event_id for r in exc.sent]},
+            headers={"Retry-After": "1"},
+        ) from None
+    except ProducerError as exc:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
+    return {"accepted": len(receipts), "ids": [r.event_id for r in receipts]}
+
+
+@router.post("/search", tags=["recall"])
+def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """Hybrid search over memories (and raw turns no memory covers yet)."""
+    state = _state(request)
+    result = search(
+        tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
+    )
+    return dataclasses.asdict(result)
+
+
+@router.post("/context", tags=["recall"])
+def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """The context block for the user's next answer, packed into the token budget."""
+    state = _state(request)
+    result = assemble_context(
+        tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
+    )
+    return dataclasses.asdict(result)
+
+
+@router.post("/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
+def post_memories(body: RememberRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """Explicit memories (e.g. a knowledge base): embedded, deduplicated, linked into L4."""
+    state = _state(request)
+    stored = remember(tenant, body, settings=state.settings, embedder=state.embedder)
+    return {"memories": [{"id": m.id, "status": m.status} for m in stored]}
+
+
+@router.get("/memories", tags=["memories"])
+def list_memories(
+    tenant: Tenant,
+    user_id: UserId,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    include_superseded: bool = False,
+) -> dict[str, Any]:
+    """A user's memories, newest first; pass `next_cursor` back for the next page."""
+    try:
+        after = listing.decode_cursor(cursor) if cursor else None
+    except ValueError:
+        raise HTTPException(422, {"message": "bad cursor", "fields": ["cursor"]}) from None
+    with unit_of_work(tenant) as session:
+        rows = listing.page(
+            session, user_id, limit=limit, after=after, include_superseded=include_superseded
+        )
+    items = [memory_view(r) for r in rows[:limit]]
+    next_cursor = listing.encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return {"memories": items, "next_cursor": next_cursor}
+
+
+@router.get("/memories/{memory_id}", tags=["memories"])
+def get_memory_route(
+    memory_id: uuid.UUID,
+    tenant: Tenant,
+    recall: Annotated[
+        int | None, Query(ge=0, le=100, description="total recall: source turns ± N turns")
+    ] = None,
+) -> dict[str, Any]:
+    found = get_memory(tenant, memory_id, recall=recall)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"memory {memory_id} not found")
+    return found
+
+
+@router.get("/entities/{name}/graph", tags=["graph"])
+def entity_graph(
+    name: str,
+    tenant: Tenant,
+    user_id: UserId,
+    depth: Annotated[int, Query(ge=1, le=4)] = 2,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    """The entity's neighbourhood in the user's concept graph (depth-limited, strongest first)."""
+    if not name.strip() or len(name) > 256:
+        raise HTTPException(422, {"message": "bad entity name", "fields": ["name"]})
+    with unit_of_work(tenant) as session:
+        entity = find_entity(session=session, user_id=user_id, name=name)
+        if entity is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"entity {name!r} not found")
+        edges = neighbourhood(
+            session=session, user_id=user_id, entity_id=entity.id, depth=depth, limit=limit
+        )
+        found = {
+            "id": entity.id,
+            "name": entity.name,
+            "kind": entity.kind,
+            "mention_count": entity.mention_count,
+        }
+    return {
+        "entity": found,
+        "edges": [{**dataclasses.asdict(e), "fact": render_fact(e)} for e in edges],
+    }
+
+
+class ProcedureIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    query: str = Field(min_length=1, max_length=4000)
+    tool_sequence: list[str | dict[str, Any]] = Field(min_length=1, max_length=100)
+    success: float = Field(ge=0, le=1)
+    duration_ms: float = Field(ge=0)
+
+
+@router.post("/procedures", status_code=status.HTTP_201_CREATED, tags=["procedures"])
+def post_procedure(body: ProcedureIn, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """Count one run of a tool sequence for a query; confidence follows the outcomes."""
+    state = _state(request)
+    try:
+        view = procedures.record(
+            tenant_id=tenant,
+            user_id=body.user_id,
+            query=body.query,
+            tool_sequence=body.tool_sequence,
+            success=body.success,
+            duration_ms=body.duration_ms,
+            embedder=state.embedder,
+            settings=state.settings,
+        )
+    except ValueError as exc:
+        field = str(exc).split(" ", 1)[0].rstrip(":")
+        raise HTTPException(422, {"message": str(exc), "fields": [field]}) from None
+    return dataclasses.asdict(view)
+
+
+@router.get("/procedures/suggest", tags=["procedures"])
+def suggest_procedure(
+    tenant: Tenant,
+    request: Request,
+    user_id: UserId,
+    query: Annotated[str, Query(min_length=1, max_length=4000)],
+    min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
+) -> dict[str, Any]:
+    """The trusted tool sequence for a query like this one, or null."""
+    state = _state(request)
+    found = procedures.suggest(
+        tenant_id=tenant,
+        user_id=user_id,
+        query=query,
+        embedder=state.embedder,
+        settings=state.settings,
+        min_confidence=min_confidence,
+    )
+    return {"suggestion": None if found is None else dataclasses.asdict(found)}
+
+
+@router.delete("/users/{user_id}", tags=["users"])
+def delete_user(
+    user_id: str,
+    tenant: Tenant,
+    request: Request,
+) -> dict[str, Any]:
+    """Forget a user: every layer and every Redis key of theirs; returns what was removed."""
+    if not _valid_identifier(user_id):
+        raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})
+    state = _state(request)
+    report = forget_user(
+        tenant_id=tenant, user_id=user_id, settings=state.settings, client=state.redis
+    )
+    return {"rows": report.rows, "redis_keys": report.redis_keys, "total": report.total}
+
+
+@router.get("/stats", tags=["operations"])
+def stats(tenant: Tenant) -> dict[str, Any]:
+    """Rows per layer for this tenant, and its users."""
+    return tenant_stats(tenant)
+
+
+def _valid_identifier(value: str) -> bool:
+    return re.match(IDENTIFIER, value) is not None

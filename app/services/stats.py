@@ -1,0 +1,37 @@
+"""What a tenant holds, counted under its own row-level security scope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+
+from app.db.session import unit_of_work
+from app.services.status import LAYER_TABLES
+
+
+def tenant_stats(tenant_id: str) -> dict[str, Any]:
+    with unit_of_work(tenant_id) as session:
+        rows = {
+            table: int(
+                session.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()  # noqa: S608
+            )
+            for _, table in LAYER_TABLES
+        }
+        users = int(
+            session.execute(
+                text(
+                    "SELECT count(*) FROM (SELECT user_id FROM episodic.turns UNION"
+                    " SELECT user_id FROM semantic.memories) AS u"
+                )
+            ).scalar_one()
+        )
+        current = int(
+            session.execute(
+                text(
+                    "SELECT count(*) FROM semantic.memories"
+                    " WHERE valid_to IS NULL AND archived_at IS NULL"
+                )
+            ).scalar_one()
+        )
+    return {"tenant_id": tenant_id, "users": users, "current_memories": current, "rows": rows}
