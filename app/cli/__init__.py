@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from app.cli.supervisor import (
     ProcessGroup,
+    api_command,
     beat_command,
     ensure_services,
     flower_command,
@@ -30,6 +31,12 @@ from app.streams.events import EventValidationError, parse_event
 cli = typer.Typer(help="Engram: long-term memory for LLM agents.", no_args_is_help=True)
 services_cli = typer.Typer(help="Embedded Postgres/Redis for machines without their own.")
 cli.add_typer(services_cli, name="services")
+tenant_cli = typer.Typer(help="Tenants.", no_args_is_help=True)
+cli.add_typer(tenant_cli, name="tenant")
+key_cli = typer.Typer(
+    help="API keys: minted per tenant, shown once, revocable.", no_args_is_help=True
+)
+cli.add_typer(key_cli, name="key")
 console = Console(width=None if Console().is_terminal else 140)
 
 IMPORT_CHUNK = 500
@@ -79,6 +86,7 @@ def migrate(revision: str = "head") -> None:
 @cli.command()
 def up(
     flower: Annotated[bool, typer.Option(help="Also run Flower.")] = True,
+    api: Annotated[bool, typer.Option(help="Also serve the REST API.")] = True,
     concurrency: Annotated[int, typer.Option(help="Worker task threads.")] = 4,
 ) -> None:
     """Services + migrations + worker + beat + flower in the foreground; Ctrl-C stops all."""
@@ -92,6 +100,9 @@ def up(
     try:
         group.start(worker_command(concurrency=concurrency))
         group.start(beat_command(settings))
+        if api:
+            group.start(api_command(settings))
+            console.print(f"API on http://{settings.api_host}:{settings.api_port} (docs at /docs)")
         if flower:
             group.start(flower_command(settings))
             console.print(
@@ -105,6 +116,103 @@ def up(
     finally:
         group.stop()
         services.stop()
+
+
+@cli.command("api")
+def serve_api(
+    host: Annotated[str | None, typer.Option(help="Bind address (ENGRAM_API_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (ENGRAM_API_PORT).")] = None,
+    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+) -> None:
+    """Serve the REST API (OpenAPI at /openapi.json, docs at /docs)."""
+    import uvicorn
+
+    _logging(True)
+    settings = get_settings()
+    ensure_services(settings)
+    uvicorn.run(
+        "app.api.app:create_app",
+        factory=True,
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        workers=workers,
+    )
+
+
+@tenant_cli.command("create")
+def tenant_create(
+    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
+    key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
+) -> None:
+    """Register a tenant and mint its first API key (printed once)."""
+    from app.services.tenants import TenantError, mint_key
+
+    ensure_services(get_settings())
+    try:
+        minted = mint_key(tenant, key_name)
+    except TenantError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"tenant {tenant} ready; API key {minted.id} (shown once):")
+    typer.echo(minted.key)
+
+
+@key_cli.command("create")
+def key_create(
+    tenant: Annotated[str, typer.Option(help="Tenant id.")],
+    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
+) -> None:
+    """Mint an API key for a tenant; the key is printed once and stored only as a hash."""
+    from app.services.tenants import TenantError, mint_key
+
+    ensure_services(get_settings())
+    try:
+        minted = mint_key(tenant, name)
+    except TenantError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(f"key {minted.id} for tenant {tenant} (shown once):")
+    typer.echo(minted.key)
+
+
+@key_cli.command("list")
+def key_list(tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None) -> None:
+    """Keys (ids, names, prefixes, state); never the secrets."""
+    from app.services.tenants import list_keys
+
+    ensure_services(get_settings())
+    table = Table("id", "tenant", "name", "prefix", "created", "revoked")
+    for row in list_keys(tenant):
+        table.add_row(
+            str(row.id),
+            row.tenant_id,
+            row.name,
+            row.key_prefix,
+            f"{row.created_at:%Y-%m-%d %H:%M}",
+            f"{row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "",
+        )
+    console.print(table)
+
+
+@key_cli.command("revoke")
+def key_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (from key list).")],
+) -> None:
+    """Revoke a key; API processes stop accepting it within a few seconds."""
+    import uuid
+
+    from app.services.tenants import revoke_key
+
+    ensure_services(get_settings())
+    try:
+        parsed = uuid.UUID(key_id)
+    except ValueError:
+        console.print(f"[red]not a key id: {key_id!r}[/red]")
+        raise typer.Exit(2) from None
+    if not revoke_key(parsed):
+        console.print(f"[red]no live key {key_id}[/red]")
+        raise typer.Exit(1)
+    console.print(f"key {key_id} revoked")
 
 
 def _producer() -> Any:

@@ -92,6 +92,20 @@ def flower_command(settings: Settings) -> list[str]:
     )
 
 
+def api_command(settings: Settings) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.api.app:create_app",
+        "--host",
+        settings.api_host,
+        "--port",
+        str(settings.api_port),
+    ]
+
+
 @dataclass
 class ProcessGroup:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
