@@ -44,6 +44,9 @@ def upgrade() -> None:
         schema="semantic",
         postgresql_using="gin",
     )
+    # Raw turns are searched by full text (stemmed words, BM25-ranked in Python); the trigram
+    # index nothing queried goes, so ingest keeps paying for one GIN index on turns, not two.
+    op.drop_index("ix_turns_content_trgm", table_name="turns", schema="episodic")
     op.create_index(
         "ix_turns_content_tsv",
         "turns",
@@ -92,6 +95,15 @@ def downgrade() -> None:
     op.execute("DROP FUNCTION IF EXISTS meta.api_key_tenant(text)")
     op.drop_table("api_keys", schema="meta")
     op.drop_index("ix_turns_content_tsv", table_name="turns", schema="episodic")
+    op.create_index(
+        "ix_turns_content_trgm",
+        "turns",
+        ["content"],
+        unique=False,
+        schema="episodic",
+        postgresql_using="gin",
+        postgresql_ops={"content": "gin_trgm_ops"},
+    )
     op.drop_index("ix_memories_search_tsv", table_name="memories", schema="semantic")
     op.drop_column("memories", "search_tsv", schema="semantic")
     op.drop_column("memories", "channel", schema="semantic")

@@ -61,12 +61,6 @@ class Turn(Base):
         Index("ix_turns_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
         Index("ix_turns_session_occurred", "session_id", "occurred_at"),
         Index(
-            "ix_turns_content_trgm",
-            "content",
-            postgresql_using="gin",
-            postgresql_ops={"content": "gin_trgm_ops"},
-        ),
-        Index(
             "ix_turns_content_tsv",
             text("to_tsvector('english'::regconfig, content)"),
             postgresql_using="gin",
