@@ -6,13 +6,14 @@ they call (SQLAlchemy, redis-py, onnxruntime) block, and must not block the even
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -42,6 +43,7 @@ class BodyLimit:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self._message = f"request body is larger than {max_bytes} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,29 +61,28 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLargeError
+                    # An HTTPException is the one error FastAPI lets out of body parsing.
+                    raise HTTPException(413, {"message": self._message})
             return message
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLargeError:
-            await self._too_large(scope, receive, send)
+        await self.app(scope, limited, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(
-            {"detail": {"message": f"request body is larger than {self.max_bytes} bytes"}},
+            {"detail": {"message": self._message}},
             status_code=413,
         )
         await response(scope, receive, send)
 
 
-class _BodyTooLargeError(Exception):
-    pass
+# Pydantic names the member of a union an item failed against ("str", "dict[str,any]"); that
+# is no field of the request, so it is left out of the name.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|dict\[.*\]|list\[.*\]|function-.*)$")
 
 
 def _field(location: tuple[Any, ...]) -> str:
     where = location[1:] if location and location[0] in ("body", "query", "path") else location
-    parts = [str(p) for p in where]
+    parts = [str(p) for p in where if not _UNION_MEMBER.match(str(p))]
     out = ""
     for part in parts:
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)

@@ -22,6 +22,7 @@ from app.services.search import SearchRequest, search
 from app.services.stats import tenant_stats
 from app.streams.events import IDENTIFIER, EventValidationError, Identifier, parse_event
 from app.streams.producer import ProducerError, StreamFullError
+from app.text.storable import StorableStep, StorableText
 
 router = APIRouter(prefix="/v1")
 
@@ -140,7 +141,7 @@ def get_memory_route(
     return found
 
 
-@router.get("/entities/{name}/graph", tags=["graph"])
+@router.get("/entities/{name:path}/graph", tags=["graph"])
 def entity_graph(
     name: str,
     tenant: Tenant,
@@ -174,8 +175,8 @@ class ProcedureIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: Identifier
-    query: str = Field(min_length=1, max_length=4000)
-    tool_sequence: list[str | dict[str, Any]] = Field(min_length=1, max_length=100)
+    query: StorableText = Field(min_length=1, max_length=4000)
+    tool_sequence: list[StorableStep] = Field(min_length=1, max_length=100)
     success: float = Field(ge=0, le=1)
     duration_ms: float = Field(ge=0)
 
@@ -211,14 +212,19 @@ def suggest_procedure(
 ) -> dict[str, Any]:
     """The trusted tool sequence for a query like this one, or null."""
     state = _state(request)
-    found = procedures.suggest(
-        tenant_id=tenant,
-        user_id=user_id,
-        query=query,
-        embedder=state.embedder,
-        settings=state.settings,
-        min_confidence=min_confidence,
-    )
+    if "\x00" in query:
+        raise HTTPException(422, {"message": "query must not contain NUL", "fields": ["query"]})
+    try:
+        found = procedures.suggest(
+            tenant_id=tenant,
+            user_id=user_id,
+            query=query,
+            embedder=state.embedder,
+            settings=state.settings,
+            min_confidence=min_confidence,
+        )
+    except ValueError as exc:
+        raise HTTPException(422, {"message": str(exc), "fields": ["query"]}) from None
     return {"suggestion": None if found is None else dataclasses.asdict(found)}
 
 

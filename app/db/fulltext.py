@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from app.scoring.retrieval import bm25, tsvector_terms
+from app.scoring.retrieval import bm25, bm25_ceiling, tsvector_terms
 
 MAX_QUERY_TERMS = 48
 DF_CAP = 10_000  # beyond this a term is common whatever the exact count
@@ -52,7 +52,8 @@ def bm25_candidates(
     query: str,
     limit: int,
 ) -> dict[Any, float]:
-    """id → BM25 score for up to `limit` rows of the scope matching any query term."""
+    """id → BM25 score over its ceiling (0..1) for up to `limit` rows of the scope matching
+    any query term."""
     stats = session.execute(
         text(
             "WITH q AS (SELECT lexeme, coalesce(cardinality(positions), 1) AS tf"  # noqa: S608
@@ -70,6 +71,9 @@ def bm25_candidates(
     if not terms:
         return {}
     df = {row.lexeme: int(row.df) for row in stats}
+    # The ceiling counts every query term, found or not: words of the query that no row holds
+    # are part of what was asked, so a row matching one common word scores low.
+    everything = {row.lexeme: int(row.tf) for row in stats}
     size = session.execute(
         text(
             "SELECT count(*) AS n, avg(length(v)) AS avg_len FROM"  # noqa: S608
@@ -99,7 +103,8 @@ def bm25_candidates(
         {**params, "tsq": tsquery, "limit": limit},
     ).all()
     avg_len = float(size.avg_len or 1.0)
+    ceiling = bm25_ceiling(everything, df=df, n_docs=n_docs) or 1.0
     return {
-        row.id: bm25(terms, tsvector_terms(row.v), df=df, n_docs=n_docs, avg_len=avg_len)
+        row.id: bm25(terms, tsvector_terms(row.v), df=df, n_docs=n_docs, avg_len=avg_len) / ceiling
         for row in rows
     }

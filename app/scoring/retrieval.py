@@ -58,6 +58,15 @@ def bm25(
     return score
 
 
+def bm25_ceiling(
+    query: Mapping[str, int], *, df: Mapping[str, int], n_docs: int, k1: float = BM25_K1
+) -> float:
+    """The score a document matching every query term without limit would approach: dividing
+    by it puts BM25 on an absolute 0..1 scale (the share of the query's weight matched), so a
+    lone match of one common word stays small whatever else the index holds."""
+    return sum(qtf * idf(df.get(t, 1), n_docs) * (k1 + 1.0) for t, qtf in query.items())
+
+
 def reciprocal_rank_fusion(
     rankings: Sequence[Sequence[K]], *, k: int, weights: Sequence[float] | None = None
 ) -> dict[K, float]:
@@ -73,17 +82,15 @@ def reciprocal_rank_fusion(
 def weighted_fusion(
     scores: Sequence[Mapping[K, float]], *, weights: Sequence[float]
 ) -> dict[K, float]:
-    """Σ weight * score / max(score) per ranking; an item missing from a ranking gets 0 there.
+    """Σ weight * score per ranking, scores clamped to [0, 1]; missing from a ranking → 0.
 
-    Dividing by the maximum (not min-max) keeps a weak best match weak instead of stretching
-    it to 1, and keeps BM25's and cosine's different scales comparable."""
+    The scores must already be on absolute scales (cosine; BM25 over its ceiling): dividing
+    by each ranking's best would stretch a weak best match to 1 and let it outrank a strong
+    match from the other ranking."""
     fused: dict[K, float] = {}
     for ranking, weight in zip(scores, weights, strict=True):
-        top = max(ranking.values(), default=0.0)
-        if top <= 0:
-            continue
         for item, score in ranking.items():
-            fused[item] = fused.get(item, 0.0) + weight * max(score, 0.0) / top
+            fused[item] = fused.get(item, 0.0) + weight * min(max(score, 0.0), 1.0)
     return fused
 
 

@@ -37,6 +37,7 @@ from app.services.access import record_access
 from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.streams.events import Channel, Identifier
+from app.text.storable import StorableText
 from app.text.tokens import count_tokens
 
 _log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class ContextRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: Identifier
-    query: str = Field(min_length=1, max_length=8000)
+    query: StorableText = Field(min_length=1, max_length=8000)
     channel: Channel | None = None
     token_budget: int | None = Field(default=None, ge=50, le=200_000)
 
@@ -302,16 +303,17 @@ def assemble_context(
     text = packer.text()
     memories = [m for m in chosen if m["layer"] == "memory"]
     try:
-        record_access(
-            client,
-            RedisKeys.from_settings(settings),
-            tenant_id=tenant_id,
-            user_id=request.user_id,
-            channel=request.channel,
-            query=request.query,
-            memory_ids=[m["id"] for m in memories],
-            scores=[m["score"] for m in memories],
-        )
+        if memories:
+            record_access(
+                client,
+                RedisKeys.from_settings(settings),
+                tenant_id=tenant_id,
+                user_id=request.user_id,
+                channel=request.channel,
+                query=request.query,
+                memory_ids=[m["id"] for m in memories],
+                scores=[m["score"] for m in memories],
+            )
     except redis.RedisError as exc:
         _log.warning("access not recorded: %s", exc)
     return ContextResult(

@@ -24,14 +24,15 @@ from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.service import store_gems
 from app.streams.events import Channel, Identifier
+from app.text.storable import StorableJson, StorableText
 
-Tag = Annotated[str, Field(min_length=1, max_length=64)]
+Tag = Annotated[StorableText, Field(min_length=1, max_length=64)]
 
 
 class MemoryIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    content: str = Field(min_length=1, max_length=20_000)
+    content: StorableText = Field(min_length=1, max_length=20_000)
     kind: Literal[MEMORY_KINDS] = "fact"  # type: ignore[valid-type]
     importance: float = Field(default=0.5, ge=0, le=1)
     occurred_at: datetime | None = Field(
@@ -40,13 +41,13 @@ class MemoryIn(BaseModel):
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     topics: list[Tag] = Field(default_factory=list, max_length=32)
     channel: Channel | None = None
-    subject: str | None = Field(
+    subject: StorableText | None = Field(
         default=None,
         max_length=512,
         description="a later memory with this subject and another value supersedes this one",
     )
-    value: str | None = Field(default=None, max_length=2000)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    value: StorableText | None = Field(default=None, max_length=2000)
+    metadata: StorableJson = Field(default_factory=dict)
 
 
 class RememberRequest(BaseModel):

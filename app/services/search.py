@@ -37,11 +37,12 @@ from app.scoring.retrieval import (
 )
 from app.services.access import record_access
 from app.streams.events import Channel, Identifier
+from app.text.storable import StorableText
 
 _log = logging.getLogger(__name__)
 
 Key = tuple[str, uuid.UUID]  # ("memory" | "turn", id)
-Tag = Annotated[str, Field(min_length=1, max_length=64)]
+Tag = Annotated[StorableText, Field(min_length=1, max_length=64)]
 
 
 class SearchRequest(BaseModel):
@@ -50,7 +51,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: Identifier
-    query: str = Field(min_length=1, max_length=8000)
+    query: StorableText = Field(min_length=1, max_length=8000)
     limit: int = Field(default=10, ge=1, le=100)
     channel: Channel | None = None
     tags: list[Tag] = Field(default_factory=list, max_length=32)
@@ -348,6 +349,8 @@ def _record(
     hits: list[SearchHit],
 ) -> None:
     memories = [h for h in hits if h.layer == "memory"]
+    if not memories:  # nothing to count, and no key to leave behind (e.g. a forgotten user)
+        return
     try:
         record_access(
             client,
