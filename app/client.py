@@ -168,6 +168,7 @@ class SearchHit:
     topics: list[Any] = field(default_factory=list)
     role: str | None = None
     speaker: str | None = None
+    event_ids: list[str] = field(default_factory=list)  # the same turns, as event ids
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,7 @@ def _hit(raw: Mapping[str, Any]) -> SearchHit:
         topics=list(raw.get("topics") or []),
         role=raw.get("role"),
         speaker=raw.get("speaker"),
+        event_ids=[str(s) for s in raw.get("event_ids") or []],
     )
 
 

@@ -12,6 +12,11 @@ The data is read from ../shared/data/madial_bench (MIT licence); it is not part 
 Each memory names its user (Bart or Lisa), which is how the archive is split between users 1
 and 2 (the labels agree for every memory).
 
+With `--turns` the same archive is also sent as raw turns (`POST /v1/events`, each a user's
+own diary line with its date) through a real worker (ingest, salience, extraction, embedding)
+and searched three ways — gems only, gems plus the raw turns no gem covers (the default), and
+gems plus every raw turn — to measure how raw L2 turns should join the results.
+
 Last line: `quality recall_at_5=<N> recall_at_10=<N> ndcg_at_10=<N> bm25_recall_at_10=<N>
 dense_recall_at_10=<N>`
 """
@@ -40,23 +45,86 @@ os.environ["ENGRAM_REDIS_PREFIX"] = f"benchq-{os.getpid()}"
 
 import numpy as np
 import uvicorn
+from sqlalchemy import text
 
 from app.api.app import create_app
-from app.cli.supervisor import fresh_database
+from app.cli.supervisor import ProcessGroup, fresh_database, worker_command
 from app.client import EngramClient
-from app.config import get_settings
+from app.config import Settings, get_settings
+from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.redis_client import get_redis
+from app.services.extraction import claim
 from app.services.tenants import mint_key
+from tasks.extract import run_chain
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "madial_bench"
 USERS = {1: "Bart", 2: "Lisa"}
 LINE = re.compile(r'^<([^>]+)>:\s*"?(.*?)"?\s*$')
 WORD = re.compile(r"[a-z0-9]+")
 STOP_WORDS = frozenset(
-    "a an and are as at be but by do did does for from had has have he her hers him his i if "
-    "in into is it its me my no not of on or our ours she so that the their them they this to "
-    "was we were what when where which who will with you your yours".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "do",
+        "did",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "hers",
+        "him",
+        "his",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "ours",
+        "she",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "will",
+        "with",
+        "you",
+        "your",
+        "yours",
+    ]
 )
 
 
@@ -167,10 +235,93 @@ def serve(settings: Any) -> tuple[uvicorn.Server, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
+def _archive_id(external_id: str) -> int:
+    return int(external_id.removeprefix("mem-")) if external_id.startswith("mem-") else -1
+
+
+def _pending(tenant: str) -> tuple[int, int, int]:
+    with unit_of_work(tenant) as session:
+        row = session.execute(
+            text(
+                "SELECT (SELECT count(*) FROM episodic.turns),"
+                " (SELECT count(*) FROM episodic.turns WHERE extraction_batch_id IS NULL),"
+                " (SELECT count(*) FROM semantic.extraction_batches"
+                "  WHERE state NOT IN ('stored', 'failed'))"
+            )
+        ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def turns_experiment(
+    settings: Settings, archive: dict[int, dict[str, str]], points: list[Point]
+) -> dict[str, dict[str, float]]:
+    """Archive as raw turns → worker → gems; then search with each way of adding turns."""
+    tenant = f"madial-turns-{uuid.uuid4().hex[:6]}"
+    key = mint_key(tenant, "quality benchmark, turns").key
+    group = ProcessGroup()
+    group.start(worker_command(queues=("ingest", "extract", "embed"), concurrency=2, consumers=1))
+    results: dict[str, dict[str, float]] = {}
+    try:
+        server, url = serve(settings)
+        with EngramClient(url, key, timeout=120) as client:
+            for user, name in USERS.items():
+                client.send_events(
+                    [
+                        {
+                            "type": "turn",
+                            "user_id": f"user-{user}",
+                            "role": "user",
+                            "speaker": name,
+                            "content": v["event"],
+                            "channel": "diary",
+                            "external_id": f"mem-{k}",
+                            "timestamp": f"{v['time']}T12:00:00Z",
+                        }
+                        for k, v in sorted(archive.items())
+                        if owner_of(v["event"]) == user
+                    ]
+                )
+        server.should_exit = True
+        deadline = time.monotonic() + 600
+        while True:
+            stored, unclaimed, open_batches = _pending(tenant)
+            if stored == len(archive) and unclaimed == 0 and open_batches == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"extraction did not finish: {stored, unclaimed, open_batches}")
+            if stored == len(archive) and unclaimed and not open_batches:
+                run_chain(claim(settings, tenant, {f"user-{u}": "idle" for u in USERS}))
+            time.sleep(0.5)
+        with unit_of_work(tenant) as session:
+            gems = session.execute(text("SELECT count(*) FROM semantic.memories")).scalar_one()
+        print(f"turns mode: {len(archive)} turns became {gems} gems")
+        for mode in ("never", "uncovered", "always"):
+            server, url = serve(settings.model_copy(update={"search_turns": mode}))
+            rows = []
+            with EngramClient(url, key, timeout=120) as client:
+                for point in points:
+                    found = client.search(f"user-{point.user_id}", point.query[:8000], limit=30)
+                    ranked: list[int] = []
+                    for hit in found.hits:
+                        for external in hit.source_turn_ids[:1]:
+                            k = _archive_id(external)
+                            if k not in ranked:
+                                ranked.append(k)
+                    rows.append(metrics(ranked[:10], point.relevant))
+            server.should_exit = True
+            results[mode] = mean(rows)
+    finally:
+        group.stop()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA, help="MADial-Bench folder")
     parser.add_argument("--verbose", action="store_true", help="per-point ranks")
+    parser.add_argument(
+        "--turns", action="store_true", help="also load the archive as raw turns (see above)"
+    )
     args = parser.parse_args()
 
     settings = get_settings()
@@ -229,6 +380,7 @@ def main() -> None:
             lexical.append(metrics(bm25.rank(point.query), point.relevant))
 
     ours, bm, cos = mean(engram), mean(lexical), mean(dense)
+    by_mode = turns_experiment(settings, archive, points) if args.turns else {}
     latencies.sort()
     print(f"points={len(points)} memories={len(archive)} load_s={load_s:.1f}")
     print(f"engram search over HTTP: p50 {latencies[len(latencies) // 2]:.1f} ms")
@@ -241,6 +393,11 @@ def main() -> None:
         print(
             f"engram vs {name}: recall@10 {ours['r10'] - m['r10']:+.3f}, "
             f"ndcg@10 {ours['ndcg'] - m['ndcg']:+.3f}"
+        )
+    for mode, m in by_mode.items():
+        print(
+            f"turns, search_turns={mode:9s} recall@1 {m['r1']:.3f}  recall@5 {m['r5']:.3f}  "
+            f"recall@10 {m['r10']:.3f}  ndcg@10 {m['ndcg']:.3f}"
         )
     print(f"total {time.perf_counter() - started:.0f} s")
     services.stop()

@@ -172,6 +172,62 @@ def _show_l3_l4(console: Console) -> None:
         )
 
 
+def _show_recall(console: Console, settings: Settings) -> None:
+    """Recall through the public surface: the REST API (served in this process) and the SDK."""
+    import threading
+
+    import uvicorn
+
+    from app.api.app import create_app
+    from app.client import EngramClient
+    from app.services.tenants import mint_key
+
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    key = mint_key(TENANT, "demo").key
+    console.print(f"   API on http://127.0.0.1:{port}, a fresh key for tenant '{TENANT}'")
+    try:
+        with EngramClient(f"http://127.0.0.1:{port}", key) as engram:
+            query = "what did we decide about the offsite budget?"
+            found = engram.search("alice", query, limit=3)
+            table = Table(
+                "score", "layer", "when", "memory", "from turns", title=f"search: {query}"
+            )
+            for hit in found.hits:
+                table.add_row(
+                    f"{hit.score:.3f}",
+                    hit.layer,
+                    f"{hit.occurred_at:%Y-%m-%d}",
+                    hit.content[:70],
+                    ", ".join(hit.source_turn_ids),
+                )
+            console.print(table)
+            if found.hits and found.hits[0].layer == "memory":
+                memory = engram.get_memory(found.hits[0].id, recall=1)
+                console.print("   total recall of the top memory (its turns ± 1):")
+                for turn in memory.recall or []:
+                    mark = "▶" if turn.is_source else " "
+                    console.print(
+                        f"   {mark} [{turn.occurred_at:%H:%M}] {turn.role}: {turn.content}"
+                    )
+            context = engram.context(
+                "alice", "Which restaurants should I shortlist?", token_budget=160
+            )
+            console.print(
+                f"   context for 'Which restaurants should I shortlist?' "
+                f"({context.tokens}/{context.token_budget} tokens, prefetch {context.prefetch}):"
+            )
+            console.print(context.text, markup=False, highlight=False)
+    finally:
+        server.should_exit = True
+
+
 def run_demo(console: Console, *, timeout: float) -> int:
     settings = get_settings()
     console.rule("Engram demo: from turns to memories")
@@ -210,6 +266,8 @@ def run_demo(console: Console, *, timeout: float) -> int:
             console.print("[red]extraction did not finish in time[/red]")
             return 1
         _show_l3_l4(console)
+        console.print("6. recall through the REST API and the Python SDK")
+        _show_recall(console, settings)
         console.print("\nRe-running the demo re-sends the same events; nothing is stored twice.")
         return 0
     finally:

@@ -164,6 +164,7 @@ def _from_prefetch(
                 "occurred_at": at,
                 "score": float(similarity) * prior,
                 "source_turn_ids": memory.source_turn_ids,
+                "event_ids": memory.event_ids,
                 "session_id": memory.session_id,
             }
         )
@@ -217,6 +218,7 @@ def assemble_context(
                 "occurred_at": h.occurred_at,
                 "score": h.score,
                 "source_turn_ids": h.source_turn_ids,
+                "event_ids": h.event_ids,
                 "session_id": h.session_id,
             }
             for h in result.hits
@@ -260,10 +262,9 @@ def assemble_context(
     # 2. Memories.
     chosen: list[dict[str, Any]] = []
     for item in candidates:
-        if _normalised(item["content"]) in in_block or (
-            item["layer"] == "turn" and set(item["source_turn_ids"]) & in_block
-        ):
-            continue
+        sources = set(item.get("event_ids") or [])
+        if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
+            continue  # it repeats what the conversation part already shows
         if packer.add("memories", _memory_line(item["content"], item["occurred_at"], item["kind"])):
             chosen.append(item)
             in_block.add(_normalised(item["content"]))

@@ -48,6 +48,7 @@ class PrefetchedMemory:
     session_id: str | None
     channel: str | None
     source_turn_ids: list[str]
+    event_ids: list[str]
     vector: np.ndarray
 
 
@@ -125,6 +126,7 @@ def prefetch(
             "session_id": str(rows[i].session_id) if rows[i].session_id else None,
             "channel": rows[i].channel,
             "source_turn_ids": list(rows[i].source_external_ids or []),
+            "event_ids": [str(t) for t in rows[i].source_ids or []],
             "vector": base64.b64encode(np.asarray(vectors[i], dtype=np.float32).tobytes()).decode(),
         }
         for i in current

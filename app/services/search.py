@@ -85,6 +85,8 @@ class SearchHit:
     topics: list[Any] = field(default_factory=list)
     role: str | None = None
     speaker: str | None = None
+    # The same turns as event ids (what POST /v1/events returned), in the same order.
+    event_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -290,6 +292,7 @@ def _rank(
             "recency": round(fresh, 6),
         }
         if layer == "memory":
+            sources = _sources_by_relevance(row, rankings.turns)
             item_parts["importance"] = round(row.importance, 6)
             item_parts["consolidation"] = round(row.consolidation_strength, 6)
             hits.append(
@@ -300,7 +303,8 @@ def _rank(
                     content=row.content,
                     score=relevance * prior,
                     parts=item_parts,
-                    source_turn_ids=_sources_by_relevance(row, rankings.turns),
+                    source_turn_ids=[external for _, external in sources],
+                    event_ids=[str(turn_id) for turn_id, _ in sources],
                     session_id=row.session_id,
                     occurred_at=row.occurred_at,
                     channel=row.channel,
@@ -322,6 +326,7 @@ def _rank(
                     score=relevance * prior,
                     parts=item_parts,
                     source_turn_ids=[row.external_id],
+                    event_ids=[str(row.id)],
                     session_id=row.session_id,
                     occurred_at=row.occurred_at,
                     channel=row.channel,
@@ -333,12 +338,14 @@ def _rank(
     return hits
 
 
-def _sources_by_relevance(row: Any, turn_scores: dict[uuid.UUID, float]) -> list[str]:
-    """External ids of the memory's source turns: those matching the query best first, then
-    the rest in the order the memory lists them."""
+def _sources_by_relevance(
+    row: Any, turn_scores: dict[uuid.UUID, float]
+) -> list[tuple[uuid.UUID, str]]:
+    """(id, external id) of the memory's source turns: those matching the query best first,
+    then the rest in the order the memory lists them."""
     pairs = list(zip(row.source_ids or [], row.source_external_ids or [], strict=False))
     ranked = sorted(enumerate(pairs), key=lambda item: (-turn_scores.get(item[1][0], 0.0), item[0]))
-    return [external for _, (_, external) in ranked]
+    return [pair for _, pair in ranked]
 
 
 def _record(
