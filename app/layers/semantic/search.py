@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
@@ -175,7 +176,7 @@ def memories_by_id(
 
 def memory_embeddings(
     session: Session, user_id: str, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[float]]:
+) -> dict[uuid.UUID, np.ndarray]:
     """Stored vectors for these memories (prefetch ranks cached candidates with them)."""
     if not ids:
         return {}
@@ -186,7 +187,7 @@ def memory_embeddings(
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
-    return {row.id: [float(x) for x in row.v.strip("[]").split(",")] for row in rows}
+    return {row.id: np.fromstring(row.v[1:-1], sep=",", dtype=np.float32) for row in rows}
 
 
 def recent_memory_ids(
