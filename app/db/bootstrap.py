@@ -20,7 +20,7 @@ from app.embedded import postgres as embedded_postgres
 _log = logging.getLogger(__name__)
 
 OWNER_ROLE = "engram_owner"
-EXTENSIONS = ("vector", "pg_trgm")
+EXTENSIONS = ("vector", "pg_trgm", "btree_gin")
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """BM25 candidates from a Postgres full-text (GIN) index, for any layer's table.
 
-Two statements: the query's lexemes with their document frequencies in the caller's scope
-(one user's rows), then the rows matching any lexeme, with their tsvectors for scoring in
-Python (`app.scoring.retrieval.bm25`). Table, vector expression and scope clause come from the
-layer's own constants, never from input; the query text travels only as a bound parameter.
+Two statements: the query's lexemes with their document frequencies over a sample of the
+caller's scope (one user's rows, read under row-level security), then the rows matching the
+selecting lexemes, through the layer's index-backed match function, with their tsvectors for
+scoring in Python (`app.scoring.retrieval.bm25`). Table, vector expression and scope clause
+come from the layer's own constants, never from input; the query travels as a parameter.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +19,8 @@ from sqlalchemy.orm import Session
 from app.scoring.retrieval import bm25, bm25_ceiling, tsvector_terms
 
 MAX_QUERY_TERMS = 48
-DF_CAP = 10_000  # beyond this a term is common whatever the exact count
-STATS_SAMPLE = 500
+COMMON_SHARE = 0.2
+MATCH_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class FulltextScope:
     table: str
     vector: str
     where: str
+    sample: int = 500  # rows read for term statistics (fewer where `vector` is computed)
 
 
 # The lexeme as a quoted tsquery operand (quote_literal would give E'' strings tsquery rejects).
@@ -44,6 +47,26 @@ def _tsquery(lexemes: list[str]) -> str:
     )
 
 
+def _selecting(terms: dict[str, int], df: dict[str, int], sampled: int, *, full: bool) -> list[str]:
+    """The terms whose matches become candidates: all of them when the statistics covered
+    every row of the user (a user that small costs little whatever matches). Over a big
+    user's sample, terms held by more than COMMON_SHARE of the rows score little (low idf)
+    and would pull in a large share of the rows, so they select nothing unless nothing else
+    would; the rest are taken rarest first while together they hold at most MATCH_SHARE of
+    the rows: the best BM25 rows hold the rare query terms, and the rows to rank stay few."""
+    ordered = sorted(terms, key=lambda t: (df[t], t))
+    if full:
+        return ordered
+    selective = [t for t in ordered if df[t] <= COMMON_SHARE * sampled] or ordered[:1]
+    chosen, held = [], 0
+    for term in selective:
+        if chosen and held + df[term] > MATCH_SHARE * sampled:
+            break
+        chosen.append(term)
+        held += df[term]
+    return chosen
+
+
 def bm25_candidates(
     session: Session,
     scope: FulltextScope,
@@ -51,59 +74,39 @@ def bm25_candidates(
     *,
     query: str,
     limit: int,
+    match: Callable[[str, int], Sequence[Any]],
 ) -> dict[Any, float]:
     """id → BM25 score over its ceiling (0..1) for up to `limit` rows of the scope matching
-    any query term."""
+    the query's selecting terms; `match(tsquery, limit)` returns those rows as (id, v = the
+    tsvector's text), best `ts_rank` first (the layer's index-backed match function).
+
+    Document frequencies come from the first `scope.sample` rows of the scope (all of them
+    for most users, so exact there): idf depends on the share of rows holding a term, which
+    a sample of a big user's rows estimates well, at a bounded cost. All query terms count in
+    the score; only the rarer ones select candidates (see `_selecting`)."""
     stats = session.execute(
         text(
             "WITH q AS (SELECT lexeme, coalesce(cardinality(positions), 1) AS tf"  # noqa: S608
-            "  FROM unnest(to_tsvector('english'::regconfig, :query)) LIMIT :max_terms)"
-            " SELECT q.lexeme, q.tf, (SELECT count(*) FROM (SELECT 1 FROM"
-            f"  {scope.table} WHERE {scope.where}"
-            f"  AND {scope.vector} @@ {_QUOTED_LEXEME}"
-            "  LIMIT :df_cap) AS d) AS df FROM q"
+            "  FROM unnest(to_tsvector('english'::regconfig, :query)) LIMIT :max_terms),"
+            f" s AS MATERIALIZED (SELECT {scope.vector} AS v FROM {scope.table}"
+            f"  WHERE {scope.where} LIMIT :sample)"
+            " SELECT q.lexeme, q.tf,"
+            f" (SELECT count(*) FROM s WHERE s.v @@ {_QUOTED_LEXEME}) AS df,"
+            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len"
+            " FROM q"
         ),
-        {**params, "query": query[:20_000], "max_terms": MAX_QUERY_TERMS, "df_cap": DF_CAP},
+        {**params, "query": query[:20_000], "max_terms": MAX_QUERY_TERMS, "sample": scope.sample},
     ).all()
-    if not stats:
+    if not stats or not stats[0].sampled:
         return {}
-    terms = {row.lexeme: int(row.tf) for row in stats if row.df > 0}
-    if not terms:
-        return {}
+    n_docs = int(stats[0].sampled)
+    avg_len = float(stats[0].avg_len or 1.0)
+    terms = {row.lexeme: int(row.tf) for row in stats}
     df = {row.lexeme: int(row.df) for row in stats}
+    rows = match(_tsquery(_selecting(terms, df, n_docs, full=n_docs < scope.sample)), limit)
     # The ceiling counts every query term, found or not: words of the query that no row holds
     # are part of what was asked, so a row matching one common word scores low.
-    everything = {row.lexeme: int(row.tf) for row in stats}
-    size = session.execute(
-        text(
-            "SELECT count(*) AS n, avg(length(v)) AS avg_len FROM"  # noqa: S608
-            f" (SELECT {scope.vector} AS v FROM {scope.table} WHERE {scope.where}"
-            "  LIMIT :sample) AS s"
-        ),
-        {**params, "sample": STATS_SAMPLE},
-    ).one()
-    n_docs = int(size.n)
-    if n_docs >= STATS_SAMPLE:
-        n_docs = int(
-            session.execute(
-                text(
-                    "SELECT count(*) FROM (SELECT 1 FROM"  # noqa: S608
-                    f" {scope.table} WHERE {scope.where} LIMIT 1000000) AS s"
-                ),
-                params,
-            ).scalar_one()
-        )
-    tsquery = _tsquery(sorted(terms))
-    rows = session.execute(
-        text(
-            f"SELECT id, CAST({scope.vector} AS text) AS v FROM {scope.table}"  # noqa: S608
-            f" WHERE {scope.where} AND {scope.vector} @@ CAST(:tsq AS tsquery)"
-            f" ORDER BY ts_rank({scope.vector}, CAST(:tsq AS tsquery)) DESC LIMIT :limit"
-        ),
-        {**params, "tsq": tsquery, "limit": limit},
-    ).all()
-    avg_len = float(size.avg_len or 1.0)
-    ceiling = bm25_ceiling(everything, df=df, n_docs=n_docs) or 1.0
+    ceiling = bm25_ceiling(terms, df=df, n_docs=n_docs) or 1.0
     return {
         row.id: bm25(terms, tsvector_terms(row.v), df=df, n_docs=n_docs, avg_len=avg_len) / ceiling
         for row in rows

@@ -62,6 +62,8 @@ class Turn(Base):
         Index("ix_turns_session_occurred", "session_id", "occurred_at"),
         Index(
             "ix_turns_content_tsv",
+            "tenant_id",
+            "user_id",
             text("to_tsvector('english'::regconfig, content)"),
             postgresql_using="gin",
         ),

@@ -45,8 +45,33 @@ def lexical_candidates(
 ) -> dict[uuid.UUID, float]:
     """turn id → BM25 score over the user's raw turns in the filter."""
     where, params = turn_filter.clause()
-    scope = FulltextScope(table="episodic.turns", vector=TURN_VECTOR, where=where)
-    return bm25_candidates(session, scope, params, query=query, limit=limit)
+    # Turns have no stored tsvector: statistics come from fewer rows, each parsed here.
+    scope = FulltextScope(table="episodic.turns", vector=TURN_VECTOR, where=where, sample=300)
+    f = turn_filter
+
+    def match(tsquery: str, count: int) -> list[Any]:
+        return list(
+            session.execute(
+                _MATCH,
+                {
+                    "user": f.user_id,
+                    "tsq": tsquery,
+                    "limit": count,
+                    "channel": f.channel,
+                    "since": f.since,
+                    "until": f.until,
+                },
+            )
+        )
+
+    return bm25_candidates(session, scope, params, query=query, limit=limit, match=match)
+
+
+# The index-backed match under the tenant's scope (see the recall migration for why).
+_MATCH = text(
+    "SELECT id, v FROM episodic.match_turns(:user, CAST(:tsq AS tsquery), :limit,"
+    " CAST(:channel AS text), CAST(:since AS timestamptz), CAST(:until AS timestamptz))"
+)
 
 
 _TURN_FIELDS = (

@@ -53,7 +53,15 @@ class Memory(Base):
             postgresql_using="gin",
             postgresql_ops={"content": "gin_trgm_ops"},
         ),
-        Index("ix_memories_search_tsv", "search_tsv", postgresql_using="gin"),
+        # One user's rows matching the words, straight from the index (btree_gin keys the
+        # user columns): read through semantic.match_memories(), see the recall migration.
+        Index(
+            "ix_memories_search_tsv",
+            "tenant_id",
+            "user_id",
+            "search_tsv",
+            postgresql_using="gin",
+        ),
         Index("ix_memories_topics", "topics", postgresql_using="gin"),
         Index("ix_memories_tags", "tags", postgresql_using="gin"),
         Index(
