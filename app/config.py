@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     search_weight_dense: float = Field(default=0.5, ge=0, le=1)
     search_weight_lexical: float = Field(default=0.5, ge=0, le=1)
     search_candidates: int = Field(
-        default=100, ge=10, le=2000, description="candidates per ranking before fusion"
+        default=50, ge=10, le=2000, description="candidates per ranking before fusion"
     )
     search_turns: Literal["uncovered", "always", "never"] = Field(
         default="uncovered", description="raw L2 turns in results: only where no gem covers them"

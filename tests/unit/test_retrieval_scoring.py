@@ -351,3 +351,29 @@ def test_prior_properties(
     ) <= memory_prior(
         importance=importance, recency_score=1.0, consolidation=strength, weights=weights
     )
+
+
+# -- which query terms select full-text candidates -------------------------------------------
+
+
+def test_every_term_selects_when_the_statistics_covered_every_row() -> None:
+    from app.db.fulltext import _selecting
+
+    terms = {"allerg": 1, "food": 1}
+    assert _selecting(terms, {"allerg": 1, "food": 0}, 3, full=True) == ["food", "allerg"]
+
+
+def test_over_a_sample_rare_terms_select_and_common_ones_do_not() -> None:
+    from app.db.fulltext import _selecting
+
+    terms = {"review": 1, "oskar": 1, "thursday": 1, "kickoff": 1}
+    df = {"review": 300, "oskar": 4, "thursday": 20, "kickoff": 0}
+    # 500 sampled rows: review (60 %) is common; the rest are taken rarest first while they
+    # hold at most 5 % of the rows together (0 + 4 + 20 = 24 ≤ 25).
+    assert _selecting(terms, df, 500, full=False) == ["kickoff", "oskar", "thursday"]
+
+
+def test_over_a_sample_the_rarest_term_selects_even_when_all_are_common() -> None:
+    from app.db.fulltext import _selecting
+
+    assert _selecting({"a": 1, "b": 1}, {"a": 400, "b": 300}, 500, full=False) == ["b"]
