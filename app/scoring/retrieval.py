@@ -13,7 +13,10 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
+
 K = TypeVar("K", bound=Hashable)
+Number = TypeVar("Number", float, np.ndarray)
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -94,9 +97,9 @@ def weighted_fusion(
     return fused
 
 
-def recency(age_days: float, half_life_days: float) -> float:
-    """1 now, ½ after one half-life; future timestamps count as now."""
-    return 0.5 ** (max(age_days, 0.0) / half_life_days)
+def recency(age_days: Number, half_life_days: float) -> Number:
+    """1 now, ½ after one half-life; future timestamps count as now (scalars or arrays)."""
+    return 0.5 ** (np.maximum(age_days, 0.0) / half_life_days)
 
 
 @dataclass(frozen=True)
@@ -107,16 +110,17 @@ class PriorWeights:
 
 
 def memory_prior(
-    *, importance: float, recency_score: float, consolidation: float, weights: PriorWeights
-) -> float:
+    *, importance: Number, recency_score: Number, consolidation: Number, weights: PriorWeights
+) -> Number:
     """Multiplier on the fused relevance: 1 for an average memory, bounded so that the prior
     re-orders near-ties but never lets an important, irrelevant memory outrank a relevant one.
 
-    Importance is centred on 0.5 (the default), so unknown importance changes nothing."""
-    return max(
+    Importance is centred on 0.5 (the default), so unknown importance changes nothing.
+    Works on scalars and on numpy arrays alike (the prefetch path ranks a whole set)."""
+    return np.maximum(
         0.1,
         1.0
-        + weights.importance * (min(max(importance, 0.0), 1.0) - 0.5)
-        + weights.recency * min(max(recency_score, 0.0), 1.0)
-        + weights.consolidation * min(max(consolidation, 0.0), 1.0),
+        + weights.importance * (np.clip(importance, 0.0, 1.0) - 0.5)
+        + weights.recency * np.clip(recency_score, 0.0, 1.0)
+        + weights.consolidation * np.clip(consolidation, 0.0, 1.0),
     )

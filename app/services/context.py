@@ -131,45 +131,40 @@ def _from_prefetch(
     entry: PrefetchEntry, vector: list[float] | None, settings: Settings, limit: int
 ) -> list[dict[str, Any]]:
     """Rank prefetched memories against the query: cosine times the same prior search uses."""
-    if not entry.memories:
-        return []
     weights = PriorWeights(
         importance=settings.search_prior_importance,
         recency=settings.search_prior_recency,
         consolidation=settings.search_prior_consolidation,
     )
-    now = datetime.now(UTC)
-    similarities = (
-        np.stack([m.vector for m in entry.memories]) @ np.asarray(vector, dtype=np.float32)
+    similarity = (
+        entry.vectors @ np.asarray(vector, dtype=np.float32)
         if vector is not None
-        else np.zeros(len(entry.memories))
+        else np.zeros(len(entry.memories), dtype=np.float32)
+    )
+    age_days = (datetime.now(UTC).timestamp() - entry.occurred_at) / 86_400
+    scores = similarity * memory_prior(
+        importance=entry.importance,
+        recency_score=recency(age_days, settings.search_recency_half_life_days),
+        consolidation=entry.consolidation,
+        weights=weights,
     )
     ranked = []
-    for memory, similarity in zip(entry.memories, similarities, strict=True):
-        at = datetime.fromisoformat(memory.occurred_at)
-        prior = memory_prior(
-            importance=memory.importance,
-            recency_score=recency(
-                (now - at).total_seconds() / 86_400, settings.search_recency_half_life_days
-            ),
-            consolidation=memory.consolidation,
-            weights=weights,
-        )
+    for index in np.argsort(-scores, kind="stable")[:limit]:
+        memory = entry.memories[int(index)]
         ranked.append(
             {
-                "id": uuid.UUID(memory.id),
+                "id": uuid.UUID(memory["id"]),
                 "layer": "memory",
-                "kind": memory.kind,
-                "content": memory.content,
-                "occurred_at": at,
-                "score": float(similarity) * prior,
-                "source_turn_ids": memory.source_turn_ids,
-                "event_ids": memory.event_ids,
-                "session_id": memory.session_id,
+                "kind": memory["kind"],
+                "content": memory["content"],
+                "occurred_at": datetime.fromisoformat(memory["occurred_at"]),
+                "score": float(scores[index]),
+                "source_turn_ids": memory["source_turn_ids"],
+                "event_ids": memory["event_ids"],
+                "session_id": memory["session_id"],
             }
         )
-    ranked.sort(key=lambda m: -m["score"])
-    return ranked[:limit]
+    return ranked
 
 
 def assemble_context(
@@ -225,13 +220,14 @@ def assemble_context(
         ]
     suggestion = None
     try:
-        suggestion = procedures.suggest(
-            tenant_id=tenant_id,
-            user_id=request.user_id,
-            query=request.query,
-            embedder=embedder,
-            settings=settings,
-        )
+        if entry is None or entry.procedures:
+            suggestion = procedures.suggest(
+                tenant_id=tenant_id,
+                user_id=request.user_id,
+                query=request.query,
+                embedder=embedder,
+                settings=settings,
+            )
     except EmbeddingError as exc:
         warnings.append(f"no procedural suggestion: {exc}")
 

@@ -24,6 +24,7 @@ from app.embedding.base import Embedder, EmbeddingError
 from app.keys import RedisKeys
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.meta import access as access_sql
+from app.layers.meta import procedures as procedure_sql
 from app.layers.semantic import search as memory_search
 from app.layers.working.store import WorkingMemoryStore
 from app.services.search import SearchRequest, fuse, gather
@@ -38,25 +39,30 @@ FILL_TO = 150
 
 
 @dataclass(frozen=True)
-class PrefetchedMemory:
-    id: str
-    kind: str
-    content: str
-    occurred_at: str
-    importance: float
-    consolidation: float
-    session_id: str | None
-    channel: str | None
-    source_turn_ids: list[str]
-    event_ids: list[str]
-    vector: np.ndarray
-
-
-@dataclass(frozen=True)
 class PrefetchEntry:
+    """Memories as columns (the hit path ranks them with one matrix product, no per-row
+    parsing): `memories[i]` is described by row i of `vectors`, `importance`, `consolidation`
+    and `occurred_at` (epoch seconds)."""
+
     computed_at: datetime
-    memories: list[PrefetchedMemory]
+    memories: list[dict[str, Any]]
+    vectors: np.ndarray
+    importance: np.ndarray
+    consolidation: np.ndarray
+    occurred_at: np.ndarray
     facts: list[dict[str, Any]]
+    # Whether the user had a procedure trusted enough to suggest: if not, the hit path skips
+    # the procedure lookup (one database round trip) altogether.
+    procedures: bool
+
+
+def _b64(array: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(array).tobytes()).decode()
+
+
+def _array(text: str, dtype: type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    array = np.frombuffer(base64.b64decode(text), dtype=dtype)
+    return array.reshape(shape) if shape else array
 
 
 def _conversation_query(store: WorkingMemoryStore, tenant_id: str, user_id: str) -> str | None:
@@ -115,30 +121,40 @@ def prefetch(
         current = [i for i in current if rows[i].archived_at is None]
         vectors = memory_search.memory_embeddings(session, user_id, current)
         edges = facts_about(session=session, user_id=user_id, memory_ids=current[:20], limit=20)
+        trusted = procedure_sql.has_trusted(
+            session, user_id, min_confidence=settings.procedure_min_confidence
+        )
+    kept = [i for i in current if i in vectors]
     memories = [
         {
             "id": str(i),
             "kind": rows[i].kind,
             "content": rows[i].content,
             "occurred_at": rows[i].occurred_at.isoformat(),
-            "importance": rows[i].importance,
-            "consolidation": rows[i].consolidation_strength,
             "session_id": str(rows[i].session_id) if rows[i].session_id else None,
             "channel": rows[i].channel,
             "source_turn_ids": list(rows[i].source_external_ids or []),
             "event_ids": [str(t) for t in rows[i].source_ids or []],
-            "vector": base64.b64encode(np.asarray(vectors[i], dtype=np.float32).tobytes()).decode(),
         }
-        for i in current
-        if i in vectors
+        for i in kept
     ]
+    dim = settings.embedding_dim
     entry = {
         "computed_at": now.isoformat(),
         "memories": memories,
+        "vectors": _b64(np.asarray([vectors[i] for i in kept], dtype=np.float32).reshape(-1, dim)),
+        "importance": _b64(np.asarray([rows[i].importance for i in kept], dtype=np.float32)),
+        "consolidation": _b64(
+            np.asarray([rows[i].consolidation_strength for i in kept], dtype=np.float32)
+        ),
+        "occurred_at": _b64(
+            np.asarray([rows[i].occurred_at.timestamp() for i in kept], dtype=np.float64)
+        ),
         "facts": [
             {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}
             for e in edges
         ],
+        "procedures": trusted,
     }
     key = RedisKeys.from_settings(settings).prefetch(tenant_id, user_id, channel or "")
     client.set(key, json.dumps(entry), ex=settings.prefetch_ttl_s)
@@ -156,14 +172,14 @@ def cached(
     data = json.loads(raw)
     if not data["memories"]:
         return None
+    count, dim = len(data["memories"]), settings.embedding_dim
     return PrefetchEntry(
         computed_at=datetime.fromisoformat(data["computed_at"]),
-        memories=[
-            PrefetchedMemory(
-                **{k: v for k, v in m.items() if k != "vector"},
-                vector=np.frombuffer(base64.b64decode(m["vector"]), dtype=np.float32),
-            )
-            for m in data["memories"]
-        ],
+        memories=data["memories"],
+        vectors=_array(data["vectors"], np.float32, (count, dim)),
+        importance=_array(data["importance"], np.float32),
+        consolidation=_array(data["consolidation"], np.float32),
+        occurred_at=_array(data["occurred_at"], np.float64),
         facts=data["facts"],
+        procedures=bool(data.get("procedures", True)),
     )

@@ -273,17 +273,21 @@ def _rank(
         if row is None:
             continue
         age_days = (now - row.occurred_at).total_seconds() / 86_400
-        fresh = recency(age_days, half_life)
+        fresh = float(recency(age_days, half_life))
         if layer == "memory":
-            prior = memory_prior(
-                importance=row.importance,
-                recency_score=fresh,
-                consolidation=row.consolidation_strength,
-                weights=weights,
+            prior = float(
+                memory_prior(
+                    importance=row.importance,
+                    recency_score=fresh,
+                    consolidation=row.consolidation_strength,
+                    weights=weights,
+                )
             )
         else:
-            prior = memory_prior(
-                importance=0.5, recency_score=fresh, consolidation=0.0, weights=weights
+            prior = float(
+                memory_prior(
+                    importance=0.5, recency_score=fresh, consolidation=0.0, weights=weights
+                )
             )
         item_parts = {
             **parts.get(key, {}),

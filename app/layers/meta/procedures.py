@@ -156,3 +156,16 @@ def list_for_user(session: Session, user_id: str, limit: int = 50, offset: int =
             {"user": user_id, "limit": max(int(limit), 0), "offset": max(int(offset), 0)},
         )
     )
+
+
+def has_trusted(session: Session, user_id: str, *, min_confidence: float) -> bool:
+    """Whether the user has any procedure confident enough to be suggested."""
+    return bool(
+        session.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM meta.procedures WHERE user_id = :user"
+                " AND confidence >= :min)"
+            ),
+            {"user": user_id, "min": min_confidence},
+        ).scalar_one()
+    )
