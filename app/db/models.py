@@ -3,8 +3,8 @@
 from app.db.base import Base
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
 from app.layers.episodic.models import RawEvent, Session, Turn
-from app.layers.meta.models import AccessPattern, ApiKey, Procedure, Tenant
-from app.layers.semantic.models import ExtractionBatch, Memory
+from app.layers.meta.models import AccessPattern, ApiKey, JobRun, Procedure, Tenant
+from app.layers.semantic.models import ExtractionBatch, Memory, Replay
 from app.layers.working.models import WorkingSummary
 
 TENANT_TABLES = (
@@ -21,6 +21,8 @@ TENANT_TABLES = (
     AccessPattern,
     Procedure,
     ApiKey,
+    JobRun,
+    Replay,
 )
 
 __all__ = ["TENANT_TABLES", "Base", "Tenant"]

@@ -17,7 +17,7 @@ from app.keys import RedisKeys
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
 from app.layers.episodic.models import RawEvent, Session, Turn
 from app.layers.meta.models import AccessPattern, Procedure
-from app.layers.semantic.models import ExtractionBatch, Memory
+from app.layers.semantic.models import ExtractionBatch, Memory, Replay
 from app.layers.working.models import WorkingSummary
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.services import forget as forget_module
@@ -132,6 +132,9 @@ def populate_sql(tenant: str, user: str) -> dict[str, int]:
             )
         )
         db.add(WorkingSummary(tenant_id=tenant, user_id=user, summary=f"{user} said hello"))
+        db.add(
+            Replay(tenant_id=tenant, user_id=user, cycle_id=uuid.uuid4(), memory_id=memories[0].id)
+        )
     return row_counts(tenant, user)
 
 

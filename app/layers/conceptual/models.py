@@ -125,5 +125,8 @@ class Association(Base):
     )
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
     co_activations: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # hebbian (fired together) | entity (share an entity) | embedding (close vectors) |
+    # community (same graph community) | member (a consolidated memory and a member)
+    origin: Mapped[str] = mapped_column(String(16), nullable=False, server_default="hebbian")
     last_activated_at: Mapped[datetime] = created_at_column()
     created_at: Mapped[datetime] = created_at_column()

@@ -58,6 +58,33 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class JobRun(Base):
+    """One run of a periodic job over one tenant (or `*` for a job over the whole database):
+    what `engram status` and GET /v1/stats show, and where a stuck or failing job is seen."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        Index("ix_job_runs_job_started", "job", "started_at"),
+        Index("ix_job_runs_tenant_started", "tenant_id", "started_at"),
+        {"schema": "meta"},
+    )
+
+    id: Mapped[uuid.UUID] = uuid_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    job: Mapped[str] = mapped_column(String(64), nullable=False)
+    scope: Mapped[str] = mapped_column(String(256), nullable=False, server_default="")
+    tick: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(16), nullable=False, server_default="running")
+    rows: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    errors: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    detail: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = created_at_column()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class AccessPattern(Base):
     __tablename__ = "access_patterns"
     __table_args__ = (

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -118,12 +119,39 @@ class Memory(Base):
     )
     embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
     channel: Mapped[str | None] = mapped_column(String(128))
+    # When decay last brought `importance` up to date (decay is applied from here on).
+    decayed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A consolidated memory's members (kept as they are; the dream cycle links them here).
+    member_ids: Mapped[list[uuid.UUID]] = mapped_column(
+        ARRAY(Uuid), nullable=False, server_default=text("'{}'")
+    )
     # Full-text side of hybrid search; English stemming, computed by Postgres on write.
     search_tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True)
     )
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = created_at_column()
+
+
+class Replay(Base):
+    """A memory replayed in one dream cycle: the row is the receipt that makes the cycle's
+    effects on that memory happen once, however often the cycle is resumed."""
+
+    __tablename__ = "replays"
+    __table_args__ = (
+        PrimaryKeyConstraint("cycle_id", "memory_id"),
+        Index("ix_replays_tenant_user_replayed", "tenant_id", "user_id", "replayed_at"),
+        {"schema": "semantic"},
+    )
+
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    cycle_id: Mapped[uuid.UUID] = mapped_column(Uuid)
+    memory_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("semantic.memories.id", ondelete="CASCADE")
+    )
+    priority: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
+    replayed_at: Mapped[datetime] = created_at_column()
 
 
 BATCH_STATES = ("claimed", "extracted", "embedded", "stored", "failed")

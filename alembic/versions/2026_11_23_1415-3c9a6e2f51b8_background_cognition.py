@@ -1,0 +1,128 @@
+"""Background cognition: decay bookkeeping, consolidated members, association origins, dream
+replays, job runs
+
+Revision ID: 3c9a6e2f51b8
+Revises: 7b31c0e4a2d9
+Create Date: 2026-11-23 14:15:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+from app.config import get_settings
+
+APP_ROLE = get_settings().app_role
+TENANT_PREDICATE = "tenant_id = current_setting('engram.tenant_id', true)"
+
+revision: str = "3c9a6e2f51b8"
+down_revision: str | None = "7b31c0e4a2d9"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _tenant_table(qualified: str) -> None:
+    op.execute(f"ALTER TABLE {qualified} ENABLE ROW LEVEL SECURITY")
+    op.execute(f"ALTER TABLE {qualified} FORCE ROW LEVEL SECURITY")
+    op.execute(
+        f"CREATE POLICY tenant_isolation ON {qualified} "
+        f"USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE})"
+    )
+    op.execute(f'GRANT SELECT, INSERT, UPDATE, DELETE ON {qualified} TO "{APP_ROLE}"')
+
+
+def upgrade() -> None:
+    op.add_column(
+        "memories",
+        sa.Column("decayed_at", sa.DateTime(timezone=True), nullable=True),
+        schema="semantic",
+    )
+    op.add_column(
+        "memories",
+        sa.Column(
+            "member_ids",
+            postgresql.ARRAY(sa.Uuid()),
+            server_default=sa.text("'{}'"),
+            nullable=False,
+        ),
+        schema="semantic",
+    )
+    op.add_column(
+        "associations",
+        sa.Column("origin", sa.String(length=16), server_default="hebbian", nullable=False),
+        schema="conceptual",
+    )
+
+    op.create_table(
+        "replays",
+        sa.Column("tenant_id", sa.String(length=128), nullable=False),
+        sa.Column("user_id", sa.String(length=128), nullable=False),
+        sa.Column("cycle_id", sa.Uuid(), nullable=False),
+        sa.Column("memory_id", sa.Uuid(), nullable=False),
+        sa.Column("priority", sa.Float(), server_default="0", nullable=False),
+        sa.Column(
+            "replayed_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.ForeignKeyConstraint(
+            ["memory_id"],
+            ["semantic.memories.id"],
+            name=op.f("fk_replays_memory_id_memories"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("cycle_id", "memory_id", name=op.f("pk_replays")),
+        schema="semantic",
+    )
+    op.create_index(
+        "ix_replays_tenant_user_replayed",
+        "replays",
+        ["tenant_id", "user_id", "replayed_at"],
+        unique=False,
+        schema="semantic",
+    )
+    _tenant_table("semantic.replays")
+
+    op.create_table(
+        "job_runs",
+        sa.Column("id", sa.Uuid(), nullable=False),
+        sa.Column("tenant_id", sa.String(length=128), nullable=False),
+        sa.Column("job", sa.String(length=64), nullable=False),
+        sa.Column("scope", sa.String(length=256), server_default="", nullable=False),
+        sa.Column("tick", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("status", sa.String(length=16), server_default="running", nullable=False),
+        sa.Column("rows", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("errors", sa.Integer(), server_default="0", nullable=False),
+        sa.Column(
+            "detail",
+            postgresql.JSONB(astext_type=sa.Text()),
+            server_default=sa.text("'{}'::jsonb"),
+            nullable=False,
+        ),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column(
+            "started_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_job_runs")),
+        schema="meta",
+    )
+    op.create_index(
+        "ix_job_runs_job_started", "job_runs", ["job", "started_at"], unique=False, schema="meta"
+    )
+    op.create_index(
+        "ix_job_runs_tenant_started",
+        "job_runs",
+        ["tenant_id", "started_at"],
+        unique=False,
+        schema="meta",
+    )
+    _tenant_table("meta.job_runs")
+
+
+def downgrade() -> None:
+    op.drop_table("job_runs", schema="meta")
+    op.drop_table("replays", schema="semantic")
+    op.drop_column("associations", "origin", schema="conceptual")
+    op.drop_column("memories", "member_ids", schema="semantic")
+    op.drop_column("memories", "decayed_at", schema="semantic")

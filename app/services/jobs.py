@@ -1,0 +1,130 @@
+"""Safe scheduling for periodic jobs: one holder per (job, tenant, scope), every run recorded.
+
+Two beats, a retried task or two workers may start the same job at once. Each run takes a
+Postgres advisory lock on its (job, tenant, scope) on a connection of its own and holds it
+for the whole run — across the run's many batch transactions — so a second starter skips
+(and says so) instead of doing the work twice. A crashed worker's connection closes and the
+lock goes with it. Each run is a row in meta.job_runs (start, end, rows touched, errors),
+which `engram status` and GET /v1/stats show.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from app.db.session import app_engine, owner_engine, unit_of_work
+
+_log = logging.getLogger(__name__)
+
+# The tenant of a job that spans the whole database (a materialized view refresh).
+ALL_TENANTS = "*"
+
+
+def lock_key(job: str, tenant_id: str, scope: str = "") -> int:
+    digest = hashlib.blake2b(f"job\x1f{job}\x1f{tenant_id}\x1f{scope}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+@dataclass
+class JobRun:
+    """What a running job reports; the context manager writes it to meta.job_runs."""
+
+    id: uuid.UUID
+    job: str
+    tenant_id: str
+    scope: str
+    rows: int = 0
+    errors: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def run_job(
+    job: str,
+    tenant_id: str,
+    *,
+    scope: str = "",
+    tick: datetime | None = None,
+    engine: Engine | None = None,
+) -> Iterator[JobRun | None]:
+    """Yields a JobRun while holding the job's lock, or None when another run holds it.
+
+    An exception inside marks the run failed (with its message) and propagates."""
+    engine = engine or app_engine()
+    key = lock_key(job, tenant_id, scope)
+    with engine.connect() as lock:
+        held = bool(lock.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+        lock.commit()  # the session-level lock outlives this transaction
+        if not held:
+            _log.info("job %s for %s/%s is running elsewhere; skipped", job, tenant_id, scope)
+            yield None
+            return
+        run = JobRun(id=uuid.uuid4(), job=job, tenant_id=tenant_id, scope=scope)
+        try:
+            with unit_of_work(tenant_id) as session:
+                session.execute(
+                    text(
+                        "INSERT INTO meta.job_runs (id, tenant_id, job, scope, tick)"
+                        " VALUES (:id, :tenant, :job, :scope, :tick)"
+                    ),
+                    {"id": run.id, "tenant": tenant_id, "job": job, "scope": scope, "tick": tick},
+                )
+            try:
+                yield run
+            except Exception as exc:
+                _finish(run, "failed", f"{type(exc).__name__}: {exc}")
+                raise
+            _finish(run, "done", None)
+        finally:
+            lock.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            lock.commit()
+
+
+def _finish(run: JobRun, status: str, error: str | None) -> None:
+    with unit_of_work(run.tenant_id) as session:
+        session.execute(
+            text(
+                "UPDATE meta.job_runs SET status = :status, rows = :rows, errors = :errors,"
+                " detail = CAST(:detail AS jsonb), error = :error, finished_at = now()"
+                " WHERE id = :id"
+            ),
+            {
+                "id": run.id,
+                "status": status,
+                "rows": run.rows,
+                "errors": run.errors + (1 if error else 0),
+                "detail": json.dumps(run.detail, default=str),
+                "error": error[:4000] if error else None,
+            },
+        )
+
+
+def recent_runs(tenant_id: str | None = None, limit: int = 20) -> list[Any]:
+    """The latest runs: of one tenant (under its RLS scope), or of all (as the owner)."""
+    query = text(
+        "SELECT job, tenant_id, scope, status, rows, errors, started_at, finished_at, error,"
+        " detail FROM meta.job_runs ORDER BY started_at DESC LIMIT :limit"
+    )
+    if tenant_id is None:
+        with unit_of_work(engine=owner_engine()) as session:
+            return list(session.execute(query, {"limit": limit}))
+    with unit_of_work(tenant_id) as session:
+        return list(session.execute(query, {"limit": limit}))
+
+
+def tenants() -> list[str]:
+    """Every registered tenant (the registry carries no RLS), for per-tenant chunking."""
+    with unit_of_work() as session:
+        return list(
+            session.execute(text("SELECT tenant_id FROM meta.tenants ORDER BY tenant_id")).scalars()
+        )
