@@ -148,6 +148,42 @@ class Settings(BaseSettings):
     procedure_min_confidence: float = Field(default=0.7, ge=0, le=1)
     procedure_min_similarity: float = Field(default=0.75, ge=-1, le=1)
 
+    # Background cognition (decay, Hebbian learning, dream cycles, meta refresh, retention).
+    decay_interval_s: float = Field(default=3600, gt=0)
+    decay_half_life_days: float = Field(
+        default=30.0, gt=0, description="half-life of an unused, plain memory's importance"
+    )
+    decay_floor: float = Field(default=0.03, ge=0, lt=1, description="archive below this")
+    decay_batch: int = Field(default=50_000, ge=100, le=1_000_000)
+    restore_importance: float = Field(default=0.2, gt=0, le=1)
+    hebbian_interval_s: float = Field(default=60, gt=0)
+    hebbian_rate: float = Field(
+        default=0.1, gt=0, le=1, description="eta in w <- w + eta * (1 - w)"
+    )
+    hebbian_weaken: float = Field(
+        default=0.01, ge=0, lt=1, description="share of weight lost per pass without co-firing"
+    )
+    hebbian_floor: float = Field(default=0.02, ge=0, lt=1, description="prune edges below this")
+    hebbian_batch: int = Field(default=100_000, ge=100, le=10_000_000)
+    hebbian_max_pairs: int = Field(
+        default=45, ge=1, le=1000, description="pairs one search may co-activate (top hits)"
+    )
+    dream_interval_s: float = Field(default=1800, gt=0)
+    dream_batch: int = Field(default=200, ge=1, le=10_000, description="replays per user per cycle")
+    dream_users_per_run: int = Field(default=100, ge=1, le=100_000)
+    dream_link_cosine: float = Field(default=0.8, gt=0, le=1)
+    dream_cluster_cosine: float = Field(default=0.9, gt=0, le=1)
+    dream_cluster_min: int = Field(default=3, ge=2, le=100)
+    dream_graph_max_nodes: int = Field(default=5000, ge=10, le=1_000_000)
+    meta_refresh_interval_s: float = Field(default=6 * 3600, gt=0)
+    meta_refresh_after_memories: int = Field(
+        default=10_000, ge=1, description="new memories since the last refresh that trigger one"
+    )
+    access_retention_days: float = Field(default=7, gt=0)
+    event_retention_days: float = Field(
+        default=30, gt=0, description="L2 events that are not turns are kept this long"
+    )
+
     # Celery.
     task_time_limit_s: int = Field(default=600, ge=1)
     task_max_deliveries: int = Field(default=3, ge=1)
