@@ -16,6 +16,7 @@ from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
 from app.layers.semantic import listing
 from app.services import procedures
 from app.services.context import ContextRequest, assemble_context
+from app.services.decay import restore_memories
 from app.services.forget import forget_user
 from app.services.memories import RememberRequest, get_memory, memory_view, remember
 from app.services.search import SearchRequest, search
@@ -139,6 +140,15 @@ def get_memory_route(
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"memory {memory_id} not found")
     return found
+
+
+@router.post("/memories/{memory_id}/restore", tags=["memories"])
+def restore_memory(memory_id: uuid.UUID, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """Bring a memory that decay archived back into search (decay restarts from now)."""
+    if get_memory(tenant, memory_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"memory {memory_id} not found")
+    restored = restore_memories(_state(request).settings, tenant, [memory_id])
+    return {"id": memory_id, "restored": bool(restored)}
 
 
 @router.get("/entities/{name:path}/graph", tags=["graph"])

@@ -60,6 +60,9 @@ class SearchRequest(BaseModel):
     until: datetime | None = None
     min_importance: float | None = Field(default=None, ge=0, le=1)
     include_superseded: bool = False
+    include_archived: bool = Field(
+        default=False, description="also memories decay archived (restore brings them back)"
+    )
     include_turns: bool | None = Field(
         default=None, description="search raw L2 turns too (default: the server's setting)"
     )
@@ -122,6 +125,7 @@ def _filters(tenant_id: str, request: SearchRequest) -> memory_search.MemoryFilt
         until=request.until,
         min_importance=request.min_importance,
         include_superseded=request.include_superseded,
+        include_archived=request.include_archived,
     )
 
 
