@@ -7,6 +7,7 @@ from app.layers.episodic.service import close_idle_sessions as close_sessions
 from app.layers.working.service import flush_idle
 from app.layers.working.store import WorkingMemoryStore
 from app.redis_client import get_redis
+from app.services.decay import run_decay
 from workers.base import engram_task
 
 
@@ -19,3 +20,8 @@ def flush_working_memory() -> int:
 @engram_task("engram.maintenance.close_idle_sessions")
 def close_idle_sessions() -> int:
     return close_sessions(get_settings())
+
+
+@engram_task("engram.maintenance.decay")
+def decay() -> int:
+    return run_decay(get_settings())
