@@ -319,7 +319,7 @@ def tail(
 
 @cli.command()
 def status() -> None:
-    """Stream lengths, pending entries, dead letters and rows per layer."""
+    """Stream lengths, pending entries, dead letters, rows per layer and recent job runs."""
     from app.db.session import owner_engine
     from app.redis_client import get_redis
     from app.services.status import extraction_states, layer_row_counts, stream_status
@@ -365,6 +365,28 @@ def status() -> None:
         "extraction batches: "
         + (", ".join(f"{state} {n}" for state, n in sorted(states.items())) or "none")
     )
+    from app.services.jobs import recent_runs
+
+    runs = Table(
+        "job", "tenant", "scope", "status", "rows", "errors", "started", "took", title="Job runs"
+    )
+    for run in recent_runs(limit=20):
+        took = (
+            f"{(run.finished_at - run.started_at).total_seconds():.1f}s"
+            if run.finished_at
+            else "running"
+        )
+        runs.add_row(
+            run.job,
+            run.tenant_id,
+            run.scope,
+            run.status if not run.error else f"{run.status}: {run.error[:60]}",
+            str(run.rows),
+            str(run.errors),
+            f"{run.started_at:%Y-%m-%d %H:%M:%S}",
+            took,
+        )
+    console.print(runs)
 
 
 @cli.command()

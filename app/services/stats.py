@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db.session import unit_of_work
+from app.services.jobs import recent_runs
 from app.services.status import LAYER_TABLES
 
 
@@ -34,4 +35,23 @@ def tenant_stats(tenant_id: str) -> dict[str, Any]:
                 )
             ).scalar_one()
         )
-    return {"tenant_id": tenant_id, "users": users, "current_memories": current, "rows": rows}
+    jobs = [
+        {
+            "job": run.job,
+            "scope": run.scope,
+            "status": run.status,
+            "rows": run.rows,
+            "errors": run.errors,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "error": run.error,
+        }
+        for run in recent_runs(tenant_id, limit=20)
+    ]
+    return {
+        "tenant_id": tenant_id,
+        "users": users,
+        "current_memories": current,
+        "rows": rows,
+        "jobs": jobs,
+    }
