@@ -211,13 +211,71 @@ def _is_dotted_name(surface: str) -> bool:
     )
 
 
+# Capitalised after a speaker label ("Alice: Twelve people") or at a line start, these are
+# counts, never names.
+_NUMBER_WORDS = frozenset(
+    [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+        "twenty",
+        "thirty",
+        "forty",
+        "fifty",
+        "sixty",
+        "seventy",
+        "eighty",
+        "ninety",
+        "hundred",
+        "thousand",
+        "million",
+        "billion",
+        "first",
+        "second",
+        "third",
+        "fourth",
+        "fifth",
+        "sixth",
+        "seventh",
+        "eighth",
+        "ninth",
+        "tenth",
+        "dozen",
+        "half",
+    ]
+)
+
+
 def _trim_run(words: list[str], *, at_start: bool) -> list[str]:
-    """Drop "I", weekdays and months from a capitalised run, and common words at its start
-    when the run opens the sentence ("The University of Lisbon", "In March Alice")."""
+    """Drop "I", weekdays, months and number words from a capitalised run, and common words
+    at its start when the run opens the sentence ("The University of Lisbon", "In March
+    Alice")."""
 
     def noise(word: str) -> bool:
         key = canonicalize(word)
-        return key in MONTHS_AND_DAYS or len(key) < 2 or key in ("i", "i'm", "i've", "i'll")
+        return (
+            key in MONTHS_AND_DAYS
+            or key in _NUMBER_WORDS
+            or len(key) < 2
+            or key in ("i", "i'm", "i've", "i'll")
+        )
 
     while words and (noise(words[0]) or (at_start and canonicalize(words[0]) in COMMON_WORDS)):
         words = words[1:]
