@@ -143,3 +143,10 @@ def test_extraction_never_raises_and_stays_canonical(text: str, speaker: str | N
 def test_canonicalize_is_idempotent(name: str) -> None:
     once = canonicalize(name)
     assert canonicalize(once) == once
+
+
+def test_number_words_after_a_speaker_label_are_not_entities() -> None:
+    found, _ = extract_entities("How many? Alice: Twelve people. Bob: One big transaction.")
+    names = {m.canonical for m in found}
+    assert "twelve" not in names and "one" not in names
+    assert {"alice", "bob"} <= names
