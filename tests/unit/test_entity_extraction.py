@@ -146,7 +146,7 @@ def test_canonicalize_is_idempotent(name: str) -> None:
 
 
 def test_number_words_after_a_speaker_label_are_not_entities() -> None:
-    found, _ = extract_entities("How many? Alice: Twelve people. Bob: One big transaction.")
-    names = {m.canonical for m in found}
+    text = "How many? Alice: Twelve people met Bruno. Bob: One big transaction on Postgres."
+    names = {m.canonical for m in extract_entities(text, speaker="Alice")[0]}
     assert "twelve" not in names and "one" not in names
-    assert {"alice", "bob"} <= names
+    assert {"alice", "bruno", "postgresql"} <= names
