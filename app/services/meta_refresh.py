@@ -1,0 +1,128 @@
+"""L5 upkeep: refresh the hot-memories view, prune old access patterns, recompute procedure
+confidence.
+
+Every job runs under `run_job`, so two beats, a retried task or two workers starting the same
+job at once do the work once (the second start is skipped and says so), and every run is a
+row in meta.job_runs. The refresh spans the whole database (tenant `*`) and runs as the
+owner of the view; the other two run tenant by tenant, each inside that tenant's row-level
+security scope, so a bug in one statement can never touch another tenant's rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from app.config import Settings
+from app.db.session import app_engine, owner_engine, unit_of_work
+from app.layers.meta import maintenance
+from app.services.jobs import ALL_TENANTS, JobRun, run_job, tenants
+
+_log = logging.getLogger(__name__)
+
+REFRESH_JOB = "meta.refresh"
+PRUNE_JOB = "meta.prune_access"
+PROCEDURES_JOB = "meta.procedures"
+PRUNE_BATCH = 50_000
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    """A refresh that ran: rows now in the view, and how long the refresh took."""
+
+    rows: int
+    duration_s: float
+
+
+def refresh_hot_memories(settings: Settings, *, reason: str = "schedule") -> RefreshResult | None:
+    """REFRESH MATERIALIZED VIEW CONCURRENTLY meta.hot_memories_mv, as its owner.
+
+    Readers of meta.hot_memories keep reading the previous contents while it runs. Returns
+    None when another refresh holds the job (it is doing the same work)."""
+    with run_job(REFRESH_JOB, ALL_TENANTS, engine=app_engine(settings)) as run:
+        if run is None:
+            return None
+        started = time.monotonic()
+        with unit_of_work(engine=owner_engine(settings)) as session:
+            rows = maintenance.refresh_hot_memories(session=session)
+        duration = time.monotonic() - started
+        run.rows = rows
+        run.detail.update(duration_ms=round(duration * 1000, 1), reason=reason)
+        return RefreshResult(rows=rows, duration_s=duration)
+
+
+def maybe_refresh_after_ingest(settings: Settings) -> RefreshResult | None:
+    """Refresh when at least `meta_refresh_after_memories` memories were created since the
+    start of the last successful refresh (or ever, with none); else None.
+
+    Cheap enough to call after each stored batch: the count stops at the threshold."""
+    threshold = settings.meta_refresh_after_memories
+    with unit_of_work(engine=owner_engine(settings)) as session:
+        since = maintenance.last_finished_run(
+            session=session, job=REFRESH_JOB, tenant_id=ALL_TENANTS
+        )
+        created = maintenance.memories_created_since(session=session, since=since, limit=threshold)
+    if created < threshold:
+        return None
+    return refresh_hot_memories(settings, reason=f"{created}+ new memories")
+
+
+def prune_access_patterns(
+    settings: Settings, now: datetime | None = None, *, batch: int = PRUNE_BATCH
+) -> int:
+    """Delete access patterns older than `access_retention_days`, tenant by tenant, at most
+    `batch` rows per transaction; returns how many went in all."""
+    now = now or datetime.now(UTC)
+    before = now - timedelta(days=settings.access_retention_days)
+
+    def prune(tenant_id: str, run: JobRun) -> None:
+        run.detail["before"] = before.isoformat()
+        while True:
+            with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
+                deleted = maintenance.prune_access_patterns(
+                    session=session, tenant_id=tenant_id, before=before, limit=batch
+                )
+            run.rows += deleted
+            if deleted < batch:
+                return
+
+    return _each_tenant(PRUNE_JOB, settings, now, prune)
+
+
+def recompute_procedure_confidence(settings: Settings, now: datetime | None = None) -> int:
+    """Rewrite every stored procedure confidence from its avg_success and executions with the
+    current formula (after the formula changed, or rows were written by hand); one UPDATE
+    per tenant. Returns how many rows changed; a second run returns 0."""
+
+    def recompute(tenant_id: str, run: JobRun) -> None:
+        with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
+            run.rows = maintenance.recompute_confidence(session=session, tenant_id=tenant_id)
+
+    return _each_tenant(PROCEDURES_JOB, settings, now or datetime.now(UTC), recompute)
+
+
+def _each_tenant(
+    job: str, settings: Settings, tick: datetime, work: Callable[[str, JobRun], None]
+) -> int:
+    """Run `work` for every tenant under the job's lock; rows of all runs that ran.
+
+    One tenant's failure (recorded in its run) does not keep the others waiting for the next
+    tick; the first error is raised once every tenant had its turn."""
+    total = 0
+    failure: Exception | None = None
+    for tenant_id in tenants():
+        try:
+            with run_job(job, tenant_id, tick=tick, engine=app_engine(settings)) as run:
+                if run is None:
+                    continue
+                work(tenant_id, run)
+                total += run.rows
+        except Exception as exc:
+            _log.exception("job %s failed for tenant %s", job, tenant_id)
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return total
