@@ -55,6 +55,20 @@ def upgrade() -> None:
         schema="conceptual",
     )
 
+    # "How many memories since the last refresh" and "which closed sessions lack a summary"
+    # are asked every few minutes; neither should scan its table.
+    op.create_index(
+        "ix_memories_created_at", "memories", ["created_at"], unique=False, schema="semantic"
+    )
+    op.create_index(
+        "ix_sessions_unsummarised",
+        "sessions",
+        ["tenant_id", "id"],
+        unique=False,
+        schema="episodic",
+        postgresql_where=sa.text("closed_at IS NOT NULL AND summary IS NULL"),
+    )
+
     op.create_table(
         "replays",
         sa.Column("tenant_id", sa.String(length=128), nullable=False),
@@ -123,6 +137,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("job_runs", schema="meta")
     op.drop_table("replays", schema="semantic")
+    op.drop_index("ix_sessions_unsummarised", table_name="sessions", schema="episodic")
+    op.drop_index("ix_memories_created_at", table_name="memories", schema="semantic")
     op.drop_column("associations", "origin", schema="conceptual")
     op.drop_column("memories", "member_ids", schema="semantic")
     op.drop_column("memories", "decayed_at", schema="semantic")

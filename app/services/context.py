@@ -34,6 +34,7 @@ from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.scoring.retrieval import PriorWeights, memory_prior, recency
 from app.services import procedures
 from app.services.access import record_access
+from app.services.hebbian import record_coactivation
 from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.streams.events import Channel, Identifier
@@ -313,6 +314,19 @@ def assemble_context(
             )
     except redis.RedisError as exc:
         _log.warning("access not recorded: %s", exc)
+    try:  # memories chosen together strengthen their association (applied off this path)
+        if len(memories) >= 2:
+            record_coactivation(
+                client,
+                RedisKeys.from_settings(settings),
+                tenant_id,
+                request.user_id,
+                [m["id"] for m in memories],
+                "context",
+                max_pairs=settings.hebbian_max_pairs,
+            )
+    except redis.RedisError as exc:
+        _log.warning("co-activation not recorded: %s", exc)
     return ContextResult(
         text=text,
         tokens=count_tokens(text),

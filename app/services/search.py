@@ -36,6 +36,7 @@ from app.scoring.retrieval import (
     weighted_fusion,
 )
 from app.services.access import record_access
+from app.services.hebbian import record_coactivation
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
 
@@ -379,3 +380,17 @@ def _record(
         )
     except redis.RedisError as exc:  # access stats are best effort; the answer is not
         _log.warning("access not recorded: %s", exc)
+    if len(memories) < 2:
+        return
+    try:  # memories returned together strengthen their association (applied off this path)
+        record_coactivation(
+            client,
+            RedisKeys.from_settings(settings),
+            tenant_id,
+            request.user_id,
+            [h.id for h in memories],
+            "search",
+            max_pairs=settings.hebbian_max_pairs,
+        )
+    except redis.RedisError as exc:
+        _log.warning("co-activation not recorded: %s", exc)

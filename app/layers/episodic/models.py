@@ -32,6 +32,12 @@ class Session(Base):
     __table_args__ = (
         Index("ix_sessions_tenant_user_last_turn", "tenant_id", "user_id", "last_turn_at"),
         Index("ix_sessions_topics", "topics", postgresql_using="gin"),
+        Index(
+            "ix_sessions_unsummarised",
+            "tenant_id",
+            "id",
+            postgresql_where=text("closed_at IS NOT NULL AND summary IS NULL"),
+        ),
         {"schema": "episodic"},
     )
 
