@@ -2,7 +2,7 @@
 
 The graph is read from L4 in one statement and bounded by ENGRAM_DREAM_GRAPH_MAX_NODES (the
 user's most important current memories): memories are nodes, associations are weighted edges
-between them, and entity mentions join memories to entity nodes (a bipartite memory–entity
+between them, and entity mentions join memories to entity nodes (a bipartite memory-entity
 graph, so a popular entity costs one edge per mention, never a clique). Entities mentioned by
 a single memory of the graph are dropped (they link nothing).
 
@@ -25,9 +25,9 @@ the same power iteration (uniform teleport, dangling mass spread evenly) over nu
 from __future__ import annotations
 
 import uuid
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -57,37 +57,47 @@ class AnalyticsReport:
     community_links: list[tuple[uuid.UUID, uuid.UUID]] = field(default_factory=list)
 
 
-def _memory(node: str) -> uuid.UUID:
-    return uuid.UUID(node[2:])
+@dataclass
+class MemoryGraph:
+    """Nodes 0..len(memories)-1 are the memories (in id order), the rest entities."""
+
+    graph: nx.Graph
+    memories: list[uuid.UUID]
+
+    def is_memory(self, node: int) -> bool:
+        return node < len(self.memories)
 
 
-def build_graph(graph: dream_sql.GraphRows) -> nx.Graph:
-    """Nodes `m:<memory id>` and `e:<entity id>`, inserted in sorted order (so seeded
-    community detection is reproducible), edges weighted."""
+def build_graph(rows: dream_sql.GraphRows) -> MemoryGraph:
+    """Integer nodes inserted in id order (so seeded community detection is reproducible),
+    weighted edges; entities mentioned by fewer than two of the graph's memories dropped."""
+    memories = sorted(rows.importance, key=str)
+    index: dict[uuid.UUID, int] = {m: i for i, m in enumerate(memories)}
     mention_count: dict[uuid.UUID, int] = {}
-    for _, entity, _ in graph.mentions:
-        mention_count[entity] = mention_count.get(entity, 0) + 1
-    g = nx.Graph()
-    for memory in sorted(graph.importance, key=str):
-        g.add_node(f"m:{memory}")
-    edges: list[tuple[str, str, float]] = [
-        (f"m:{a}", f"m:{b}", w)
-        for a, b, w in graph.associations
-        if a in graph.importance and b in graph.importance and a != b
+    for memory, entity, _ in rows.mentions:
+        if memory in index:
+            mention_count[entity] = mention_count.get(entity, 0) + 1
+    entities = sorted((e for e, n in mention_count.items() if n > 1), key=str)
+    for i, entity in enumerate(entities, start=len(memories)):
+        index[entity] = i
+    edges = [
+        (index[a], index[b], w)
+        for a, b, w in rows.associations
+        if a in index and b in index and a != b and index[a] < len(memories)
     ]
     edges += [
-        (f"m:{memory}", f"e:{entity}", w)
-        for memory, entity, w in graph.mentions
-        if mention_count[entity] > 1 and memory in graph.importance
+        (index[memory], index[entity], w)
+        for memory, entity, w in rows.mentions
+        if memory in index and entity in index and index[entity] >= len(memories)
     ]
     edges.sort()
-    for entity in sorted({b for _, b, _ in edges if b.startswith("e:")}):
-        g.add_node(entity)
+    g = nx.Graph()
+    g.add_nodes_from(range(len(memories) + len(entities)))
     g.add_weighted_edges_from(edges)
-    return g
+    return MemoryGraph(graph=g, memories=memories)
 
 
-def pagerank(g: nx.Graph, alpha: float = PAGERANK_ALPHA) -> dict[Hashable, float]:
+def pagerank(g: nx.Graph, alpha: float = PAGERANK_ALPHA) -> dict[Any, float]:
     """Weighted PageRank of an undirected graph (each edge counts both ways)."""
     nodes = list(g)
     n = len(nodes)
@@ -116,10 +126,10 @@ def pagerank(g: nx.Graph, alpha: float = PAGERANK_ALPHA) -> dict[Hashable, float
 
 
 def importance_targets(
-    ranks: dict[Hashable, float], importance: dict[uuid.UUID, float]
+    mg: MemoryGraph, ranks: dict[Any, float], importance: dict[uuid.UUID, float]
 ) -> list[tuple[uuid.UUID, float]]:
     """(memory, new importance) for the hubs whose importance their rank raises."""
-    memory_ranks = {n: r for n, r in ranks.items() if isinstance(n, str) and n.startswith("m:")}
+    memory_ranks = {int(n): r for n, r in ranks.items() if mg.is_memory(int(n))}
     if not memory_ranks:
         return []
     mean = sum(memory_ranks.values()) / len(memory_ranks)
@@ -129,29 +139,29 @@ def importance_targets(
         if r < HUB_RATIO * mean or top <= 0:
             continue
         target = round(IMPORTANCE_CEILING * r / top, 6)
-        memory = _memory(str(node))
+        memory = mg.memories[node]
         if target > importance.get(memory, 1.0) + 1e-6:
             out.append((memory, target))
     return out
 
 
 def community_pairs(
-    g: nx.Graph, ranks: dict[Hashable, float]
+    mg: MemoryGraph, ranks: dict[Any, float]
 ) -> tuple[int, list[tuple[uuid.UUID, uuid.UUID]]]:
-    """(communities of ≥ COMMUNITY_MIN memories, pairs centre → member to link)."""
-    if g.number_of_edges() == 0:
+    """(communities of >= COMMUNITY_MIN memories, pairs centre -> member to link)."""
+    if mg.graph.number_of_edges() == 0:
         return 0, []
-    found = nx.community.louvain_communities(g, weight="weight", seed=LOUVAIN_SEED)
+    found = nx.community.louvain_communities(mg.graph, weight="weight", seed=LOUVAIN_SEED)
     count = 0
     pairs: list[tuple[uuid.UUID, uuid.UUID]] = []
-    for community in sorted(found, key=lambda c: min(c)):
-        memories = sorted(n for n in community if n.startswith("m:"))
-        if len(memories) < COMMUNITY_MIN:
+    for community in sorted(found, key=min):
+        members = sorted(n for n in community if mg.is_memory(n))
+        if len(members) < COMMUNITY_MIN:
             continue
         count += 1
-        ordered = sorted(memories, key=lambda n: (-ranks.get(n, 0.0), n))
-        centre = _memory(ordered[0])
-        pairs += [(centre, _memory(n)) for n in ordered[1 : 1 + COMMUNITY_LINKS]]
+        ordered = sorted(members, key=lambda n: (-ranks.get(n, 0.0), n))
+        centre = mg.memories[ordered[0]]
+        pairs += [(centre, mg.memories[n]) for n in ordered[1 : 1 + COMMUNITY_LINKS]]
     return count, pairs
 
 
@@ -171,16 +181,34 @@ def analyse(
         user_id=user_id,
         max_nodes=settings.dream_graph_max_nodes,
     )
-    g = build_graph(rows)
+    mg = build_graph(rows)
+    g = mg.graph
     # Memories joined to nothing carry no structure: they only dilute the ranks' mean.
     g.remove_nodes_from([n for n, degree in list(g.degree()) if degree == 0])
     report = AnalyticsReport(
         nodes=g.number_of_nodes(),
         edges=g.number_of_edges(),
-        memories=sum(1 for n in g if n.startswith("m:")),
+        memories=sum(1 for n in g if mg.is_memory(n)),
     )
     if report.edges == 0:
         return report
+    ranks = pagerank(g)
+    report.raised = dream_sql.raise_importance(
+        session=session,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        targets=importance_targets(mg, ranks, rows.importance),
+    )
+    report.communities, pairs = community_pairs(mg, ranks)
+    report.community_links = dream_sql.add_community_links(
+        session=session,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        pairs=pairs,
+        weight=COMMUNITY_WEIGHT,
+        at=now or datetime.now(UTC),
+    )
+    return report
     ranks = pagerank(g)
     report.raised = dream_sql.raise_importance(
         session=session,

@@ -5,11 +5,18 @@ and never commits: the caller owns the transaction.
 A replay receipt (semantic.replays, keyed by cycle and memory) is inserted before any effect
 and only the memories whose receipt was new get effects, so however often a cycle is resumed
 its effects on a memory happen once.
+
+Plan shapes are kept safe for a tenant the planner has no statistics for yet (it then expects
+one row per tenant and user): rows are found by id lists passed as constants (one scan, at
+worst over the user's rows) and per-row lookups go by primary key without tenant or user
+predicates (row-level security still scopes them to the tenant), so a misestimate can never
+turn into a scan of the user's rows per row.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,28 +83,38 @@ def cycles_done(*, session: Session, cycle_ids: Sequence[uuid.UUID]) -> set[uuid
 
 
 # One pass over the user's rows whose sources overlap the turns (array overlap), then each
-# turn with its memories; a turn no current memory came from says whether one may still come.
+# turn with the memories extracted from it (a consolidated memory inherits its members'
+# sources but was not extracted from them); a turn no current memory came from says whether
+# one may still come (its extraction batch is over, or the turn is not the user's any more).
 _TURN_MEMORIES = text(
     """
 WITH t AS (
     SELECT DISTINCT g.turn_id FROM unnest(:turns) AS g(turn_id)
 ),
-hit AS (
+hit AS MATERIALIZED (
     SELECT m.id, s.turn_id, m.kind, m.emotional_intensity, m.occurred_at, m.tags
     FROM semantic.memories AS m
     CROSS JOIN LATERAL unnest(m.source_turn_ids) AS s(turn_id)
     WHERE m.tenant_id = :tenant AND m.user_id = :user
-      AND m.source_turn_ids && :turns
+      AND m.source_turn_ids && :turns AND m.kind <> 'consolidated'
       AND m.valid_to IS NULL AND m.archived_at IS NULL
       AND s.turn_id = ANY(:turns)
+),
+tu AS MATERIALIZED (
+    SELECT tu.id, tu.user_id, tu.extraction_batch_id FROM episodic.turns AS tu
+    WHERE tu.id = ANY(:turns) AND tu.tenant_id = :tenant
+),
+b AS MATERIALIZED (
+    SELECT b.id, b.state FROM semantic.extraction_batches AS b
+    WHERE b.id = ANY(ARRAY(SELECT tu.extraction_batch_id FROM tu
+                           WHERE tu.extraction_batch_id IS NOT NULL))
 )
 SELECT t.turn_id,
-       (tu.id IS NULL OR b.state IN ('stored', 'failed')) AS settled,
+       (tu.id IS NULL OR tu.user_id <> :user OR b.state IN ('stored', 'failed')) AS settled,
        hit.id, hit.kind, hit.emotional_intensity, hit.occurred_at, hit.tags
 FROM t
-LEFT JOIN episodic.turns AS tu
-  ON tu.id = t.turn_id AND tu.tenant_id = :tenant AND tu.user_id = :user
-LEFT JOIN semantic.extraction_batches AS b ON b.id = tu.extraction_batch_id
+LEFT JOIN tu ON tu.id = t.turn_id
+LEFT JOIN b ON b.id = tu.extraction_batch_id
 LEFT JOIN hit ON hit.turn_id = t.turn_id
 ORDER BY t.turn_id, hit.id
 """
@@ -126,28 +143,30 @@ def memories_of_turns(
 
 # Explicit memories carry no salience entry: the user's most salient (then most important)
 # current memories that no cycle replayed since `since` also get their turn.
+_RECENTLY_REPLAYED = text(
+    "SELECT DISTINCT memory_id FROM semantic.replays"
+    " WHERE tenant_id = :tenant AND user_id = :user AND replayed_at >= :since"
+)
+
 _EXPLICIT = text(
     """
 SELECT m.id, m.kind, m.emotional_intensity, m.occurred_at, m.tags
 FROM semantic.memories AS m
 WHERE m.tenant_id = :tenant AND m.user_id = :user
   AND m.valid_to IS NULL AND m.archived_at IS NULL
-  AND NOT EXISTS (
-      SELECT 1 FROM semantic.replays AS r
-      WHERE r.tenant_id = :tenant AND r.user_id = :user AND r.replayed_at >= :since
-        AND r.memory_id = m.id)
+  AND m.id <> ALL(:recent)
 ORDER BY m.salience DESC, m.importance DESC, m.occurred_at DESC, m.id
 LIMIT :limit
 """
-)
+).bindparams(bindparam("recent", type_=_IDS))
 
 
 def explicit_candidates(
     *, session: Session, tenant_id: str, user_id: str, since: datetime, limit: int
 ) -> list[CandidateRow]:
-    rows = session.execute(
-        _EXPLICIT, {"tenant": tenant_id, "user": user_id, "since": since, "limit": limit}
-    )
+    params = {"tenant": tenant_id, "user": user_id}
+    recent = list(session.execute(_RECENTLY_REPLAYED, {**params, "since": since}).scalars())
+    rows = session.execute(_EXPLICIT, {**params, "recent": recent, "limit": limit})
     return [
         CandidateRow(memory_id, kind, float(emotional), occurred_at, tuple(tags or ()))
         for memory_id, kind, emotional, occurred_at, tags in rows
@@ -166,7 +185,7 @@ WITH r AS (
 ),
 live AS (
     SELECT m.id FROM semantic.memories AS m
-    WHERE m.id IN (SELECT memory_id FROM r) AND m.tenant_id = :tenant AND m.user_id = :user
+    WHERE m.id = ANY(:ids) AND m.tenant_id = :tenant AND m.user_id = :user
     FOR KEY SHARE
 ),
 receipt AS (
@@ -185,7 +204,7 @@ FROM receipt
 WHERE m.id = receipt.memory_id
 RETURNING m.id
 """
-)
+).bindparams(bindparam("ids", type_=_IDS))
 
 
 def replay(
@@ -206,6 +225,7 @@ def replay(
         _REPLAY,
         {
             "rows": _json([{"memory_id": m, "priority": p} for m, p in replays]),
+            "ids": [m for m, _ in replays],
             "tenant": tenant_id,
             "user": user_id,
             "cycle": cycle_id,
@@ -296,12 +316,19 @@ WITH mm AS MATERIALIZED (
     SELECT mn.entity_id, mn.memory_id FROM conceptual.mentions AS mn
     WHERE mn.memory_id = ANY(:ids) AND mn.tenant_id = :tenant AND mn.user_id = :user
 ),
+ew AS MATERIALIZED (
+    SELECT e.id, 1.0 / ln(2 + GREATEST(e.mention_count, 0)) AS w
+    FROM conceptual.entities AS e
+    WHERE e.id = ANY(ARRAY(SELECT DISTINCT entity_id FROM mm))
+      AND e.tenant_id = :tenant AND e.user_id = :user
+),
+mw AS MATERIALIZED (
+    SELECT mm.entity_id, mm.memory_id, ew.w FROM mm JOIN ew ON ew.id = mm.entity_id
+),
 p AS (
-    SELECT x.memory_id AS a, y.memory_id AS b,
-           sum(1.0 / ln(2 + GREATEST(e.mention_count, 0))) AS score
-    FROM mm AS x
-    JOIN mm AS y ON y.entity_id = x.entity_id AND x.memory_id < y.memory_id
-    JOIN conceptual.entities AS e ON e.id = x.entity_id
+    SELECT x.memory_id AS a, y.memory_id AS b, sum(x.w) AS score
+    FROM mw AS x
+    JOIN mw AS y ON y.entity_id = x.entity_id AND x.memory_id < y.memory_id
     GROUP BY 1, 2
 ),
 ranked AS (
@@ -335,7 +362,7 @@ def shared_entity_pairs(
 
 # -- associations --------------------------------------------------------------------------
 
-# Every pair gets one Hebbian step w ← w + η(1 − w) (a new edge starts at η): the given links
+# Every pair gets one Hebbian step w ← w + η(1 - w) (a new edge starts at η): the given links
 # (shared entity, close embeddings) and every existing edge between two of the replayed
 # memories (they fired together). A pair listed twice counts once, with the origin of its
 # best-ranked listing; an existing edge keeps its origin.
@@ -348,9 +375,9 @@ WITH given AS (
 ),
 existing AS (
     SELECT e.memory_a AS a, e.memory_b AS b, e.origin, 1000 AS rank
-    FROM unnest(:ids) AS i(id)
-    JOIN conceptual.associations AS e ON e.memory_a = i.id
-    WHERE e.memory_b = ANY(:ids) AND e.tenant_id = :tenant AND e.user_id = :user
+    FROM conceptual.associations AS e
+    WHERE e.memory_a = ANY(:ids) AND e.memory_b = ANY(:ids)
+      AND e.tenant_id = :tenant AND e.user_id = :user
 ),
 pairs AS (
     SELECT DISTINCT ON (a, b) a, b, origin
@@ -431,6 +458,13 @@ WITH r AS (
     SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, content_hash text,
         content text, summary text, member_ids uuid[])
 ),
+mem AS MATERIALIZED (
+    SELECT m.id, m.importance, m.emotional_intensity, m.salience, m.consolidation_strength,
+           m.occurred_at, m.valid_from, m.embedding, m.channel, m.source_turn_ids, m.tags,
+           m.topics
+    FROM semantic.memories AS m
+    WHERE m.id = ANY(:members) AND m.tenant_id = :tenant AND m.user_id = :user
+),
 agg AS (
     SELECT r.id, r.content_hash, r.content, r.summary, r.member_ids, a.*, s.turns, g.tags,
            t.topics
@@ -441,24 +475,20 @@ agg AS (
                max(m.consolidation_strength) AS strength, max(m.occurred_at) AS occurred_at,
                min(m.valid_from) AS valid_from, l2_normalize(avg(m.embedding)) AS embedding,
                CASE WHEN count(DISTINCT m.channel) = 1 THEN min(m.channel) END AS channel
-        FROM semantic.memories AS m
-        WHERE m.id = ANY(r.member_ids) AND m.tenant_id = :tenant AND m.user_id = :user
+        FROM mem AS m WHERE m.id = ANY(r.member_ids)
     ) AS a
     CROSS JOIN LATERAL (
         SELECT COALESCE(array_agg(DISTINCT x ORDER BY x), '{}') AS turns
-        FROM semantic.memories AS m, unnest(m.source_turn_ids) AS x
-        WHERE m.id = ANY(r.member_ids) AND m.tenant_id = :tenant AND m.user_id = :user
+        FROM mem AS m, unnest(m.source_turn_ids) AS x WHERE m.id = ANY(r.member_ids)
     ) AS s
     CROSS JOIN LATERAL (
         SELECT array_agg(DISTINCT x ORDER BY x) AS tags
-        FROM (SELECT unnest(m.tags) AS x FROM semantic.memories AS m
-              WHERE m.id = ANY(r.member_ids) AND m.tenant_id = :tenant AND m.user_id = :user
+        FROM (SELECT unnest(m.tags) AS x FROM mem AS m WHERE m.id = ANY(r.member_ids)
               UNION ALL SELECT 'consolidated') AS u
     ) AS g
     CROSS JOIN LATERAL (
         SELECT COALESCE(jsonb_agg(DISTINCT x), CAST('[]' AS jsonb)) AS topics
-        FROM semantic.memories AS m, jsonb_array_elements(m.topics) AS x
-        WHERE m.id = ANY(r.member_ids) AND m.tenant_id = :tenant AND m.user_id = :user
+        FROM mem AS m, jsonb_array_elements(m.topics) AS x WHERE m.id = ANY(r.member_ids)
     ) AS t
 )
 INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content, summary, topics, tags,
@@ -475,7 +505,7 @@ ORDER BY agg.id
 ON CONFLICT (tenant_id, user_id, content_hash) DO NOTHING
 RETURNING id, member_ids, importance
 """
-)
+).bindparams(bindparam("members", type_=_IDS))
 
 # Each member is linked to its consolidated memory, and the consolidated memory mentions the
 # entities its members mention (so entity lookups and graph walks reach it).
@@ -533,8 +563,10 @@ def insert_consolidated(
     if not clusters:
         return []
     params = {"tenant": tenant_id, "user": user_id}
+    members = sorted({uuid.UUID(str(m)) for c in clusters for m in c["member_ids"]}, key=str)
     rows = session.execute(
-        _CONSOLIDATE, {**params, "rows": _json(clusters), "cycle": str(cycle_id)}
+        _CONSOLIDATE,
+        {**params, "rows": _json(clusters), "cycle": str(cycle_id), "members": members},
     )
     created = [
         ConsolidatedRow(memory_id, tuple(sorted(members, key=str)), float(importance))
@@ -554,8 +586,12 @@ def insert_consolidated(
 
 # The user's memory graph in one statement: the `max_nodes` most important current memories
 # ('n' rows, with their importance), the associations among them ('a'; community links are
-# left out — they are what analytics derives, and must not feed back into it) and their
-# entity mentions ('e', weighted by the entity's rarity like shared-entity links).
+# left out: they are what analytics derives, and must not feed back into it), the entities
+# they mention ('e' rows, memory and entity) and those entities' mention counts ('c').
+# Associations and entities are each one scan of the user's rows, filtered by a hashed
+# membership test (the `IS TRUE` keeps it a filter rather than a join the planner could
+# turn into a nested loop); mentions are found per node through the memory_id index (the
+# OFFSET 0 fence keeps that shape), which has no tenant index to be confused with.
 _GRAPH = text(
     """
 WITH nodes AS MATERIALIZED (
@@ -564,20 +600,28 @@ WITH nodes AS MATERIALIZED (
       AND m.valid_to IS NULL AND m.archived_at IS NULL
     ORDER BY m.importance DESC, m.id
     LIMIT :max_nodes
+),
+ments AS MATERIALIZED (
+    SELECT n.id AS memory_id, mn.entity_id
+    FROM nodes AS n
+    CROSS JOIN LATERAL (
+        SELECT mn.entity_id FROM conceptual.mentions AS mn WHERE mn.memory_id = n.id OFFSET 0
+    ) AS mn
 )
 SELECT 'n' AS kind, n.id AS x, CAST(NULL AS uuid) AS y, n.importance AS w FROM nodes AS n
 UNION ALL
 SELECT 'a', e.memory_a, e.memory_b, e.weight
 FROM conceptual.associations AS e
-JOIN nodes AS na ON na.id = e.memory_a
-JOIN nodes AS nb ON nb.id = e.memory_b
 WHERE e.tenant_id = :tenant AND e.user_id = :user AND e.origin <> 'community' AND e.weight > 0
+  AND (e.memory_a IN (SELECT id FROM nodes)) IS TRUE
+  AND (e.memory_b IN (SELECT id FROM nodes)) IS TRUE
 UNION ALL
-SELECT 'e', mn.memory_id, mn.entity_id, 1.0 / ln(2 + GREATEST(en.mention_count, 0))
-FROM conceptual.mentions AS mn
-JOIN nodes AS n ON n.id = mn.memory_id
-JOIN conceptual.entities AS en ON en.id = mn.entity_id
-WHERE mn.tenant_id = :tenant AND mn.user_id = :user
+SELECT 'e', memory_id, entity_id, NULL FROM ments
+UNION ALL
+SELECT 'c', en.id, NULL, en.mention_count
+FROM conceptual.entities AS en
+WHERE en.tenant_id = :tenant AND en.user_id = :user
+  AND (en.id IN (SELECT entity_id FROM ments)) IS TRUE
 ORDER BY 1, 2, 3
 """
 )
@@ -591,27 +635,42 @@ class GraphRows:
 
 
 def load_graph(*, session: Session, tenant_id: str, user_id: str, max_nodes: int) -> GraphRows:
-    rows = session.execute(_GRAPH, {"tenant": tenant_id, "user": user_id, "max_nodes": max_nodes})
+    """The graph's rows; a mention weighs 1 / ln(2 + the entity's mention count), like a
+    shared entity in graph.related_memories (the user's own name links little)."""
+    rows = session.execute(
+        _GRAPH, {"tenant": tenant_id, "user": user_id, "max_nodes": max_nodes}
+    ).all()
     graph = GraphRows(importance={}, associations=[], mentions=[])
+    counts: dict[uuid.UUID, int] = {}
     for kind, x, y, w in rows:
         if kind == "n":
             graph.importance[x] = float(w)
         elif kind == "a":
             graph.associations.append((x, y, float(w)))
-        else:
-            graph.mentions.append((x, y, float(w)))
+        elif kind == "c":
+            counts[x] = max(0, int(w))
+    for kind, x, y, _ in rows:
+        if kind == "e" and y in counts:
+            graph.mentions.append((x, y, 1.0 / math.log(2 + counts[y])))
     return graph
 
 
 _RAISE_IMPORTANCE = text(
     """
-UPDATE semantic.memories AS m SET importance = r.importance, updated_at = now()
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, importance float8)
-WHERE m.id = r.id AND m.tenant_id = :tenant AND m.user_id = :user
-  AND m.importance < r.importance
+WITH target AS MATERIALIZED (
+    SELECT m.id, r.importance
+    FROM semantic.memories AS m
+    JOIN jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, importance float8)
+      ON r.id = m.id
+    WHERE m.id = ANY(:ids) AND m.tenant_id = :tenant AND m.user_id = :user
+      AND m.importance < r.importance
+)
+UPDATE semantic.memories AS m SET importance = t.importance, updated_at = now()
+FROM target AS t
+WHERE m.id = t.id
 RETURNING m.id, m.importance
 """
-)
+).bindparams(bindparam("ids", type_=_IDS))
 
 
 def raise_importance(
@@ -626,6 +685,7 @@ def raise_importance(
             "tenant": tenant_id,
             "user": user_id,
             "rows": _json([{"id": i, "importance": min(1.0, max(0.0, t))} for i, t in targets]),
+            "ids": [i for i, _ in targets],
         },
     )
     return sorted(((i, float(w)) for i, w in rows), key=lambda r: str(r[0]))
@@ -642,8 +702,7 @@ WITH p AS (
 ),
 live AS (
     SELECT m.id FROM semantic.memories AS m
-    WHERE m.id IN (SELECT a FROM p UNION SELECT b FROM p)
-      AND m.tenant_id = :tenant AND m.user_id = :user
+    WHERE m.id = ANY(:ids) AND m.tenant_id = :tenant AND m.user_id = :user
     FOR KEY SHARE
 )
 INSERT INTO conceptual.associations AS e
@@ -654,7 +713,7 @@ ORDER BY p.a, p.b
 ON CONFLICT (memory_a, memory_b) DO NOTHING
 RETURNING memory_a, memory_b
 """
-)
+).bindparams(bindparam("ids", type_=_IDS))
 
 
 def add_community_links(
@@ -674,6 +733,7 @@ def add_community_links(
             "tenant": tenant_id,
             "user": user_id,
             "rows": _json([{"a": a, "b": b} for a, b in pairs]),
+            "ids": sorted({m for pair in pairs for m in pair}, key=str),
             "weight": weight,
             "at": at,
         },
@@ -683,8 +743,10 @@ def add_community_links(
 
 # -- who to dream for ----------------------------------------------------------------------
 
-# Users of one tenant with memories dated since `since` that no cycle has replayed since
-# `window_start`: a skip scan over the (tenant, user, occurred_at) index, one probe per user.
+# Users of one tenant with never-replayed memories dated since `since` whose cycle of the
+# window starting at `window_start` has not run: a skip scan over the (tenant, user, ...)
+# memories index, one probe per user (and one into the replays index for their last
+# cycle). Users who never dreamt come first, then those who dreamt longest ago.
 _RECENT_USERS = text(
     """
 WITH RECURSIVE u AS (
@@ -697,15 +759,17 @@ WITH RECURSIVE u AS (
     FROM u WHERE u.user_id IS NOT NULL
 )
 SELECT u.user_id FROM u
+CROSS JOIN LATERAL (
+    SELECT max(r.replayed_at) AS last FROM semantic.replays AS r
+    WHERE r.tenant_id = :tenant AND r.user_id = u.user_id
+) AS l
 WHERE u.user_id IS NOT NULL
+  AND (l.last IS NULL OR l.last < :window_start)
   AND EXISTS (SELECT 1 FROM semantic.memories AS m
               WHERE m.tenant_id = :tenant AND m.user_id = u.user_id
                 AND m.occurred_at >= :since AND m.replay_count = 0
                 AND m.valid_to IS NULL AND m.archived_at IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM semantic.replays AS r
-                  WHERE r.tenant_id = :tenant AND r.user_id = u.user_id
-                    AND r.replayed_at >= :window_start)
-ORDER BY u.user_id
+ORDER BY l.last NULLS FIRST, u.user_id
 LIMIT :limit
 """
 )
@@ -715,7 +779,8 @@ def recent_users(
     *, session: Session, tenant_id: str, since: datetime, window_start: datetime, limit: int
 ) -> list[str]:
     """Users of the tenant with never-replayed memories dated since `since` whose cycle of
-    the window starting at `window_start` has not run yet (at most `limit`, by user id)."""
+    the window starting at `window_start` has not run yet (at most `limit`, least recently
+    dreamt first)."""
     rows = session.execute(
         _RECENT_USERS,
         {"tenant": tenant_id, "since": since, "window_start": window_start, "limit": limit},
