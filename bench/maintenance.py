@@ -44,6 +44,9 @@ from app.layers.semantic.models import Memory
 from app.redis_client import get_redis
 from app.scoring.decay import decayed, half_life_days
 from app.services import decay
+from app.services.dream import run_dream
+from app.services.hebbian import apply_pending, record_coactivation
+from app.services.meta_refresh import refresh_hot_memories
 
 WORDS = [
     "budget",
@@ -154,9 +157,8 @@ def load(
     )
     loaded = time.perf_counter() - started
     _create_indexes(indexes)
-    print(
-        f"memories: {n:,} loaded in {loaded:.1f}s, indexes {time.perf_counter() - started - loaded:.1f}s"
-    )
+    built = time.perf_counter() - started - loaded
+    print(f"memories: {n:,} loaded in {loaded:.1f}s, indexes {built:.1f}s")
 
     started = time.perf_counter()
     edge_indexes = _drop_secondary_indexes(Association)
@@ -196,8 +198,8 @@ def load(
         hits = "{" + ",".join(str(m) for m in rng.choice(ids[(tenant, user_id)], 5)) + "}"
         at = (now - timedelta(hours=float(rng.uniform(0, 24 * 10)))).isoformat()
         buffer.write(
-            f"{uuid.uuid4()}\t{tenant}\t{user_id}\tweb\tquery {k}\tq{k}\t{hits}\t{{0.5,0.4,0.3,0.2,0.1}}"
-            f"\t{k % 24}\t{at}\n"
+            f"{uuid.uuid4()}\t{tenant}\t{user_id}\tweb\tquery {k}\tq{k}\t{hits}"
+            f"\t{{0.5,0.4,0.3,0.2,0.1}}\t{k % 24}\t{at}\n"
         )
     _copy(
         "meta.access_patterns",
@@ -235,6 +237,62 @@ def orm_decay(settings: Settings, tenant: str, tick: datetime, sample: int) -> t
                 m.archived_at = tick
             session.flush()  # row by row, as a naive loop over the ORM would
     return time.perf_counter() - started, len(memories)
+
+
+def hebbian(
+    settings: Settings,
+    client: object,
+    dream_users: dict[tuple[str, str], np.ndarray],
+    coactivations: int,
+    rng: np.random.Generator,
+) -> float:
+    """Buffer `coactivations` pair firings (searches returning memories together), then time
+    applying them all."""
+    keys = RedisKeys.from_settings(settings)
+    users = list(dream_users)
+    per_search = 10  # ten hits: 45 pairs, the default cap
+    searches = max(1, coactivations // 45)
+    for k in range(searches):
+        tenant, user = users[k % len(users)]
+        hits = rng.choice(dream_users[(tenant, user)], per_search, replace=False)
+        record_coactivation(client, keys, tenant, user, list(hits), "search")  # type: ignore[arg-type]
+    started = time.perf_counter()
+    applied = 0
+    while True:
+        report = apply_pending(settings, client, max_users=len(users))  # type: ignore[arg-type]
+        applied += report.coactivations
+        if report.records == 0:
+            break
+    seconds = time.perf_counter() - started
+    print(f"hebbian: {applied:,} co-activations applied in {seconds:.2f}s")
+    return seconds
+
+
+def dream(
+    settings: Settings, dream_users: dict[tuple[str, str], np.ndarray], now: datetime
+) -> float:
+    """One dream cycle for each dream user, one after the other."""
+    client = get_redis(settings)
+    started = time.perf_counter()
+    replays = clusters = 0
+    for tenant, user in dream_users:
+        report = run_dream(settings, tenant, user, now=now, client=client)
+        replays += sum(len(c.replays) for c in report.cycles)
+        clusters += sum(len(c.clusters) for c in report.cycles)
+    seconds = time.perf_counter() - started
+    print(
+        f"dream: {len(dream_users)} users, {replays:,} replays, {clusters} clusters merged"
+        f" in {seconds:.1f}s"
+    )
+    return seconds
+
+
+def refresh(settings: Settings) -> float:
+    started = time.perf_counter()
+    result = refresh_hot_memories(settings, reason="benchmark")
+    seconds = time.perf_counter() - started
+    print(f"refresh: {result.rows if result else 0:,} hot memories in {seconds:.2f}s")
+    return seconds
 
 
 def main() -> None:

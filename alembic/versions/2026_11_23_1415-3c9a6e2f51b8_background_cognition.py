@@ -55,6 +55,13 @@ def upgrade() -> None:
         schema="conceptual",
     )
 
+    # Decay rewrites importance on every live memory each pass: with importance in no index
+    # and room left on each page, those updates are HOT (no index entries, no index bloat).
+    # The user filter is served by ix_memories_tenant_user_occurred.
+    op.drop_index(
+        "ix_memories_tenant_user_importance", table_name="memories", schema="semantic"
+    )
+    op.execute("ALTER TABLE semantic.memories SET (fillfactor = 70)")
     # "How many memories since the last refresh" and "which closed sessions lack a summary"
     # are asked every few minutes; neither should scan its table.
     op.create_index(
@@ -135,6 +142,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE semantic.memories RESET (fillfactor)")
+    op.create_index(
+        "ix_memories_tenant_user_importance",
+        "memories",
+        ["tenant_id", "user_id", "importance"],
+        unique=False,
+        schema="semantic",
+    )
     op.drop_table("job_runs", schema="meta")
     op.drop_table("replays", schema="semantic")
     op.drop_index("ix_sessions_unsummarised", table_name="sessions", schema="episodic")

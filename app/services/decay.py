@@ -1,6 +1,7 @@
 """The decay pass (beat, hourly): every tenant, in bounded batches, one transaction each.
 
-The tick is the pass's clock time truncated to the decay interval, so a second beat or a
+Batches are groups of whole users (about ENGRAM_DECAY_BATCH memories each), one transaction
+per batch. The tick is the pass's clock time truncated to the decay interval, so a second beat or a
 retried task in the same interval works on the same tick: rows the first run reached are
 skipped, a crashed run resumes where it stopped, and nothing decays twice.
 """
@@ -18,12 +19,28 @@ from app.services.jobs import run_job, tenants
 
 _log = logging.getLogger(__name__)
 
-FIRST_ID = uuid.UUID(int=0)
-
 
 def tick_of(now: datetime, interval_s: float) -> datetime:
     seconds = int(now.timestamp() // interval_s * interval_s)
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def batches(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
+    """Users grouped into batches of about `limit` memories (a bigger user is a batch alone):
+    one huge user cannot hold everyone else's batch hostage, and no batch is unbounded by
+    more than one user's size."""
+    out: list[list[str]] = []
+    current: list[str] = []
+    held = 0
+    for user_id, count in sizes:
+        if current and held + count > limit:
+            out.append(current)
+            current, held = [], 0
+        current.append(user_id)
+        held += count
+    if current:
+        out.append(current)
+    return out
 
 
 def decay_tenant(settings: Settings, tenant_id: str, tick: datetime) -> tuple[int, int] | None:
@@ -31,24 +48,23 @@ def decay_tenant(settings: Settings, tenant_id: str, tick: datetime) -> tuple[in
     with run_job("decay", tenant_id, tick=tick) as run:
         if run is None:
             return None
-        after = FIRST_ID
-        while True:
+        with unit_of_work(tenant_id) as session:
+            sizes = decay_sql.user_sizes(session=session, tenant_id=tenant_id)
+        archived = 0
+        for users in batches(sizes, settings.decay_batch):
             with unit_of_work(tenant_id) as session:
                 batch = decay_sql.decay_batch(
                     session=session,
                     tenant_id=tenant_id,
+                    users=users,
                     tick=tick,
-                    after=after,
-                    limit=settings.decay_batch,
                     base_days=settings.decay_half_life_days,
                     floor=settings.decay_floor,
                 )
             run.rows += batch.rows
-            run.detail["archived"] = run.detail.get("archived", 0) + batch.archived
-            if batch.last_id is None or batch.rows < settings.decay_batch:
-                break
-            after = batch.last_id
-        return run.rows, int(run.detail.get("archived", 0))
+            archived += batch.archived
+            run.detail["archived"] = archived
+        return run.rows, archived
 
 
 def run_decay(settings: Settings, *, now: datetime | None = None) -> int:

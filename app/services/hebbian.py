@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,7 +36,7 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.keys import RedisKeys
 from app.layers.conceptual import hebbian as hebbian_sql
-from app.layers.conceptual.hebbian import START, Coactivation, Cursor
+from app.layers.conceptual.hebbian import START, Cursor
 from app.layers.episodic import repository as episodic
 from app.scoring.hebbian import pairs
 from app.services.ingest import user_lock_key
@@ -117,6 +118,7 @@ class ApplyReport:
     edges: int = 0  # edges written (created or strengthened)
     created: int = 0
     skipped: int = 0  # pairs naming a memory that no longer exists
+    unreadable: int = 0  # records that could not be parsed (dropped)
     busy_tenants: int = 0  # tenants whose apply run was held elsewhere (left for later)
 
     def add(self, other: ApplyReport) -> None:
@@ -162,7 +164,7 @@ def _drain(
         items = client.lrange(buffer, 0, per_batch - 1)
         if not items:
             break
-        coactivations, firings = aggregate(json.loads(item) for item in items)
+        coactivations, firings, bad = aggregate(items)
         with unit_of_work(tenant_id) as session:
             # The lock forgetting this user (and ingesting for them) takes: a forget waits
             # for this batch or this batch finds the user's memories gone, never a deadlock.
@@ -171,7 +173,8 @@ def _drain(
                 session, tenant_id, user_id, coactivations, rate=settings.hebbian_rate
             )
         client.ltrim(buffer, len(items), -1)  # after the commit: a crash replays this batch
-        report.records += len(items)
+        report.records += len(items) - bad
+        report.unreadable += bad
         report.coactivations += firings
         report.pairs += applied.pairs
         report.edges += applied.edges
@@ -182,30 +185,45 @@ def _drain(
     return report
 
 
-def aggregate(records: Any) -> tuple[list[Coactivation], int]:
-    """Buffered records → one Coactivation per distinct pair (count, latest time), and the
-    number of pair firings they held."""
-    counts: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
-    last: dict[tuple[uuid.UUID, uuid.UUID], datetime] = {}
-    parsed: dict[str, uuid.UUID] = {}
-    firings = 0
-    for record in records:
-        ids = []
-        for raw in record["ids"]:
-            if raw not in parsed:
-                parsed[raw] = uuid.UUID(raw)
-            ids.append(parsed[raw])
-        at = datetime.fromisoformat(record["at"])
-        for i, j in record["pairs"]:
-            a, b = ids[i], ids[j]
-            if a == b:
-                continue
-            key = (a, b) if a < b else (b, a)
-            counts[key] = counts.get(key, 0) + 1
-            if key not in last or at > last[key]:
-                last[key] = at
-            firings += 1
-    return [Coactivation(a, b, n, last[(a, b)]) for (a, b), n in counts.items()], firings
+def aggregate(
+    items: Sequence[bytes | str],
+) -> tuple[list[tuple[str, str, int, datetime]], int, int]:
+    """Buffered records -> one (a, b, count, latest time) per distinct pair (a < b, canonical
+    UUID strings), the pair firings they held, and the records that could not be read
+    (dropped, so that one bad record cannot block its buffer)."""
+    canonical: dict[str, str] = {}  # each id string checked (and normalised) once per batch
+    decoded: list[tuple[datetime, list[tuple[str, str]]]] = []
+    bad = 0
+    for item in items:
+        try:
+            record = json.loads(item)
+            ids = []
+            for raw in record["ids"]:
+                if raw not in canonical:
+                    canonical[raw] = str(uuid.UUID(raw))
+                ids.append(canonical[raw])
+            at = datetime.fromisoformat(record["at"])
+            at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+            keys = []
+            for i, j in record["pairs"]:
+                x, y = ids[i], ids[j]
+                if x < y:
+                    keys.append((x, y))
+                elif y < x:
+                    keys.append((y, x))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            _log.warning("unreadable co-activation record skipped: %s", exc)
+            bad += 1
+            continue
+        decoded.append((at, keys))
+    counts: Counter[tuple[str, str]] = Counter()
+    last: dict[tuple[str, str], datetime] = {}
+    decoded.sort(key=lambda entry: entry[0])  # oldest first: the latest time is written last
+    for at, keys in decoded:
+        counts.update(keys)
+        last.update(dict.fromkeys(keys, at))
+    firings = sum(len(keys) for _, keys in decoded)
+    return [(k[0], k[1], n, last[k]) for k, n in counts.items()], firings, bad
 
 
 @dataclass

@@ -92,7 +92,7 @@ def test_decay_follows_the_formula_and_archives_under_the_floor(
             _memory(
                 session,
                 tenant,
-                "u1",
+                f"u{i % 5}",  # five users, in batches of about 7 memories: three batches
                 f"memory {i}",
                 importance=w,
                 idle_days=d,
@@ -201,7 +201,7 @@ def test_raw_trace_never_decays(tenant: str, settings: Settings) -> None:
 
 
 def test_the_same_pass_started_twice_at_once_applies_once(tenant: str, settings: Settings) -> None:
-    many = settings.model_copy(update={"decay_batch": 50})
+    many = settings.model_copy(update={"decay_batch": 100})
     with unit_of_work(tenant) as session:
         register_tenants(session=session, tenant_ids=[tenant])
         ids = [

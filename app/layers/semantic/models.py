@@ -39,7 +39,6 @@ class Memory(Base):
             "kind IN (" + ", ".join(f"'{k}'" for k in MEMORY_KINDS) + ")", name="kind_known"
         ),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_unit"),
-        Index("ix_memories_tenant_user_importance", "tenant_id", "user_id", "importance"),
         Index("ix_memories_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
         Index("ix_memories_created_at", "created_at"),
         Index(
