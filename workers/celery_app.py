@@ -17,7 +17,16 @@ from workers.beat import beat_schedule
 from workers.queues import MAINTENANCE, ROUTES, TASK_QUEUES
 
 app = Celery(
-    "engram", include=["tasks.ingest", "tasks.maintenance", "tasks.extract", "tasks.recall"]
+    "engram",
+    include=[
+        "tasks.ingest",
+        "tasks.maintenance",
+        "tasks.extract",
+        "tasks.recall",
+        "tasks.associations",
+        "tasks.dream",
+        "tasks.housekeeping",
+    ],
 )
 
 

@@ -41,8 +41,8 @@ class Applied:
 # The user's memories among the given ids, each locked against deletion (key share) until
 # the transaction ends: a pair is written only when both of its memories are here, so a
 # memory deleted concurrently is either still there at commit (the delete waits) or skipped
-# -- never a foreign-key error. Filtering in the caller keeps the upsert free of joins (its
-# plan then cannot go wrong with stale statistics).
+# -- never a foreign-key error. Filtering the pairs in Python keeps the upsert free of joins
+# (so its plan cannot turn into a nested loop over the pairs when statistics are stale).
 _LIVE = text(
     "SELECT m.id FROM semantic.memories AS m"
     " WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.tenant_id = :tenant AND m.user_id = :user"
@@ -50,8 +50,9 @@ _LIVE = text(
 )
 
 # The pairs travel as four array literals (one parameter each, parsed by Postgres in C),
-# distinct, in key order. The closed form 1 - (1 - w)(1 - eta)^n is n steps of
-# w <- w + eta (1 - w): bounded by 1, and never below the weight it started from.
+# distinct and each as (least, greatest), so no row is hit twice by the one statement. The
+# closed form 1 - (1 - w)(1 - eta)^n is n steps of w <- w + eta (1 - w): bounded by 1, and
+# never below the weight it started from.
 _APPLY = text(
     """
 WITH written AS (
