@@ -6,7 +6,7 @@ memories of the same user, plus 50,000 recent access patterns. Only the users th
 cycle visits get embeddings (clustered synthetic vectors): the embedder is not what this
 measures. Then it times, one after the other (never two at once):
 
-* one decay pass over every tenant (set-based batches, `app/services/decay.py`);
+* one decay pass over every tenant (set-based page-range batches, `app/services/decay.py`);
 * the same decay written the obvious way — ORM objects loaded, changed in Python and flushed
   row by row — over a 10,000-memory sample, reported as the per-row ratio to the set pass;
 * one Hebbian batch: 100,000 co-activations buffered in Redis, then applied;
@@ -317,9 +317,7 @@ def main() -> None:
 
     tick = decay.tick_of(now, settings.decay_interval_s)
     started = time.perf_counter()
-    decayed_rows = sum(
-        (decay.decay_tenant(settings, tenant, tick) or (0, 0))[0] for tenant in tenants
-    )
+    decayed_rows = (decay.decay_pass(settings, tick) or (0, 0))[0]
     decay_s = time.perf_counter() - started
     print(
         f"decay: {decayed_rows:,} memories in {decay_s:.2f}s ({decayed_rows / decay_s:,.0f} rows/s)"

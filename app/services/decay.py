@@ -1,7 +1,7 @@
 """The decay pass (beat, hourly): every tenant, in bounded batches, one transaction each.
 
-Batches are groups of whole users (about ENGRAM_DECAY_BATCH memories each), one transaction
-per batch. The tick is the pass's clock time truncated to the decay interval, so a second beat or a
+Batches are page ranges of about ENGRAM_DECAY_BATCH memories, one transaction each. The tick
+is the pass's clock time truncated to the decay interval, so a second beat or a
 retried task in the same interval works on the same tick: rows the first run reached are
 skipped, a crashed run resumes where it stopped, and nothing decays twice.
 """
@@ -13,9 +13,9 @@ import uuid
 from datetime import UTC, datetime
 
 from app.config import Settings
-from app.db.session import unit_of_work
+from app.db.session import owner_engine, unit_of_work
 from app.layers.semantic import decay as decay_sql
-from app.services.jobs import run_job, tenants
+from app.services.jobs import ALL_TENANTS, run_job
 
 _log = logging.getLogger(__name__)
 
@@ -25,57 +25,46 @@ def tick_of(now: datetime, interval_s: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
-def batches(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
-    """Users grouped into batches of about `limit` memories (a bigger user is a batch alone):
-    one huge user cannot hold everyone else's batch hostage, and no batch is unbounded by
-    more than one user's size."""
-    out: list[list[str]] = []
-    current: list[str] = []
-    held = 0
-    for user_id, count in sizes:
-        if current and held + count > limit:
-            out.append(current)
-            current, held = [], 0
-        current.append(user_id)
-        held += count
-    if current:
-        out.append(current)
-    return out
+def decay_pass(
+    settings: Settings, tick: datetime, *, tenant_id: str | None = None
+) -> tuple[int, int] | None:
+    """(rows decayed, rows archived) at `tick`; None if another pass holds the job.
 
-
-def decay_tenant(settings: Settings, tenant_id: str, tick: datetime) -> tuple[int, int] | None:
-    """(rows decayed, rows archived) for one tenant at `tick`; None if another run has it."""
-    with run_job("decay", tenant_id, tick=tick) as run:
+    A cross-tenant maintenance pass, run as the schema owner like the view refresh: it reads
+    and returns no tenant's data, applies one formula to every live row, and walks the heap
+    in page ranges so that each page is visited once per pass (tenants' rows share pages;
+    a pass per tenant would read the whole heap once per tenant). `tenant_id` limits it to
+    one tenant (on demand)."""
+    scope = tenant_id or ALL_TENANTS
+    with run_job("decay", scope, tick=tick, engine=owner_engine()) as run:
         if run is None:
             return None
-        with unit_of_work(tenant_id) as session:
-            sizes = decay_sql.user_sizes(session=session, tenant_id=tenant_id)
+        with unit_of_work(engine=owner_engine()) as session:
+            pages, per_page = decay_sql.heap_pages(session=session)
+        step = max(1, int(settings.decay_batch / per_page)) if per_page else 1000
         archived = 0
-        for users in batches(sizes, settings.decay_batch):
-            with unit_of_work(tenant_id) as session:
-                batch = decay_sql.decay_batch(
+        for first in range(0, pages, step):
+            with unit_of_work(engine=owner_engine()) as session:
+                batch = decay_sql.decay_pages(
                     session=session,
-                    tenant_id=tenant_id,
-                    users=users,
+                    first_page=first,
+                    end_page=first + step,
                     tick=tick,
                     base_days=settings.decay_half_life_days,
                     floor=settings.decay_floor,
+                    tenant_id=tenant_id,
                 )
             run.rows += batch.rows
             archived += batch.archived
             run.detail["archived"] = archived
+        run.detail["pages"] = pages
         return run.rows, archived
 
 
 def run_decay(settings: Settings, *, now: datetime | None = None) -> int:
-    """One pass over every tenant; returns the rows decayed."""
-    tick = tick_of(now or datetime.now(UTC), settings.decay_interval_s)
-    total = 0
-    for tenant_id in tenants():
-        done = decay_tenant(settings, tenant_id, tick)
-        if done is not None:
-            total += done[0]
-    return total
+    """One pass (beat, hourly); returns the rows decayed (0 when another pass has it)."""
+    done = decay_pass(settings, tick_of(now or datetime.now(UTC), settings.decay_interval_s))
+    return done[0] if done else 0
 
 
 def restore_memories(

@@ -103,7 +103,7 @@ def test_decay_follows_the_formula_and_archives_under_the_floor(
             for i, (w, d, a, e, c) in enumerate(cases)
         ]
     tick = decay.tick_of(NOW, decay_settings.decay_interval_s)
-    done = decay.decay_tenant(decay_settings, tenant, tick)
+    done = decay.decay_pass(decay_settings, tick, tenant_id=tenant)
     assert done == (len(cases), 1)
     state = _state(tenant, ids)
     for memory_id, (w, d, a, e, c) in zip(ids, cases, strict=True):
@@ -115,10 +115,10 @@ def test_decay_follows_the_formula_and_archives_under_the_floor(
     assert runs[0].job == "decay" and runs[0].status == "done" and runs[0].rows == len(cases)
 
     # The same tick again (a second beat, a retry): nothing changes.
-    assert decay.decay_tenant(decay_settings, tenant, tick) == (0, 0)
+    assert decay.decay_pass(decay_settings, tick, tenant_id=tenant) == (0, 0)
     assert _state(tenant, ids) == state
     # An hour later: one more hour of decay, from where the last pass left off.
-    later = decay.decay_tenant(decay_settings, tenant, tick + timedelta(hours=1))
+    later = decay.decay_pass(decay_settings, tick + timedelta(hours=1), tenant_id=tenant)
     assert later is not None and later[0] == len(cases) - 1  # the archived one rests
     w0 = _state(tenant, [ids[0]])[ids[0]][0]
     assert w0 == pytest.approx(decayed(0.4, idle_days=1 / 24, half_life=30), rel=1e-9)
@@ -151,7 +151,7 @@ def test_archived_memories_leave_search_and_restore_brings_them_back(
             {"at": NOW - timedelta(days=90)},
         )
         turn_count = session.execute(text("SELECT count(*) FROM episodic.turns")).scalar_one()
-    decay.decay_tenant(settings, tenant, decay.tick_of(NOW, 3600))
+    decay.decay_pass(settings, decay.tick_of(NOW, 3600), tenant_id=tenant)
     request = SearchRequest(user_id="u1", query="who services the boiler?")
     assert memory_id not in {
         h.id for h in search(tenant, request, settings=settings, embedder=embedder).hits
@@ -195,7 +195,7 @@ def test_raw_trace_never_decays(tenant: str, settings: Settings) -> None:
             )
         )
         before = session.execute(text("SELECT * FROM episodic.turns")).all()
-    decay.decay_tenant(settings, tenant, decay.tick_of(NOW, 3600))
+    decay.decay_pass(settings, decay.tick_of(NOW, 3600), tenant_id=tenant)
     with unit_of_work(tenant) as session:
         assert session.execute(text("SELECT * FROM episodic.turns")).all() == before
 
@@ -214,7 +214,7 @@ def test_the_same_pass_started_twice_at_once_applies_once(tenant: str, settings:
 
     def go() -> None:
         barrier.wait()
-        results.append(decay.decay_tenant(many, tenant, tick))
+        results.append(decay.decay_pass(many, tick, tenant_id=tenant))
 
     threads = [threading.Thread(target=go) for _ in range(2)]
     for t in threads:

@@ -43,12 +43,3 @@ def test_two_steps_equal_one_step_of_their_sum(w: float, a: float, b: float, h: 
     twice = decayed(decayed(w, idle_days=a, half_life=h), idle_days=b, half_life=h)
     assert twice == pytest.approx(once, abs=1e-12)
     assert 0 <= once <= w
-
-
-def test_batches_group_whole_users_up_to_the_limit() -> None:
-    from app.services.decay import batches
-
-    sizes = [("a", 3), ("b", 4), ("c", 10), ("d", 1), ("e", 1)]
-    assert batches(sizes, 7) == [["a", "b"], ["c"], ["d", "e"]]
-    assert batches([], 7) == []
-    assert sum(len(b) for b in batches(sizes, 1)) == len(sizes)

@@ -24,16 +24,19 @@ _HALF_LIFE = (
 )
 NEW_IMPORTANCE = f"m.importance * power(0.5, {_IDLE_DAYS} / ({_HALF_LIFE}))"
 
-# One batch: some users' live memories that this tick has not reached yet. Rows already at
-# this tick are skipped, which is what makes a re-run of the same tick (or a resumed one)
+# One batch: the live memories on a range of heap pages that this tick has not reached yet
+# (a TID range scan: each page is read once per pass, whoever's rows it holds). Rows already
+# at this tick are skipped, which is what makes a re-run of the same tick (or a resumed one)
 # change nothing twice. Only importance, decayed_at and archived_at change, none of them
-# indexed, so on pages with room (fillfactor 70) the updates are HOT.
-_DECAY_BATCH = text(
+# indexed (and search_tsv is no generated column), so on pages with room the updates are
+# HOT: no index entries, nothing recomputed.
+_DECAY_PAGES = text(
     "WITH changed AS (UPDATE semantic.memories AS m SET"  # noqa: S608 - constant fragments
     f"  importance = LEAST(1, GREATEST(0, {NEW_IMPORTANCE})),"
     "  decayed_at = :tick,"
     f"  archived_at = CASE WHEN {NEW_IMPORTANCE} < :floor THEN :tick END"
-    "  WHERE m.tenant_id = :tenant AND m.user_id = ANY(CAST(:users AS text[]))"
+    "  WHERE m.ctid >= CAST(:lo AS tid) AND m.ctid < CAST(:hi AS tid)"
+    "  AND (CAST(:tenant AS text) IS NULL OR m.tenant_id = :tenant)"
     "  AND m.archived_at IS NULL AND (m.decayed_at IS NULL OR m.decayed_at < :tick)"
     "  RETURNING m.archived_at IS NOT NULL AS archived)"
     " SELECT count(*) AS n, count(*) FILTER (WHERE archived) AS archived FROM changed"
@@ -46,35 +49,34 @@ class DecayBatch:
     archived: int
 
 
-def user_sizes(*, session: Session, tenant_id: str) -> list[tuple[str, int]]:
-    """Live memories per user of the tenant (an index-only count), to cut batches by."""
-    return [
-        (row.user_id, int(row.n))
-        for row in session.execute(
-            text(
-                "SELECT user_id, count(*) AS n FROM semantic.memories"
-                " WHERE tenant_id = :tenant AND archived_at IS NULL"
-                " GROUP BY user_id ORDER BY user_id"
-            ),
-            {"tenant": tenant_id},
+def heap_pages(*, session: Session) -> tuple[int, float]:
+    """(pages in the memories heap now, rows per page as last analysed)."""
+    row = session.execute(
+        text(
+            "SELECT pg_relation_size('semantic.memories') / current_setting('block_size')::int,"
+            " CASE WHEN relpages > 0 THEN GREATEST(reltuples, 0) / relpages ELSE 0 END"
+            " FROM pg_class WHERE oid = 'semantic.memories'::regclass"
         )
-    ]
+    ).one()
+    return int(row[0]), float(row[1])
 
 
-def decay_batch(
+def decay_pages(
     *,
     session: Session,
-    tenant_id: str,
-    users: Sequence[str],
+    first_page: int,
+    end_page: int,
     tick: datetime,
     base_days: float,
     floor: float,
+    tenant_id: str | None = None,
 ) -> DecayBatch:
     row = session.execute(
-        _DECAY_BATCH,
+        _DECAY_PAGES,
         {
+            "lo": f"({first_page},0)",
+            "hi": f"({end_page},0)",
             "tenant": tenant_id,
-            "users": list(users),
             "tick": tick,
             "base_days": base_days,
             "floor": floor,

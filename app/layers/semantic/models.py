@@ -9,7 +9,6 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     CheckConstraint,
-    Computed,
     DateTime,
     Float,
     ForeignKey,
@@ -125,10 +124,10 @@ class Memory(Base):
     member_ids: Mapped[list[uuid.UUID]] = mapped_column(
         ARRAY(Uuid), nullable=False, server_default=text("'{}'")
     )
-    # Full-text side of hybrid search; English stemming, computed by Postgres on write.
-    search_tsv: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('english'::regconfig, content)", persisted=True)
-    )
+    # Full-text side of hybrid search: to_tsvector('english', content), kept by the trigger
+    # semantic.memories_search_tsv on insert and on content changes only (a generated column
+    # would be recomputed by every UPDATE, decay's included).
+    search_tsv: Mapped[Any | None] = mapped_column(TSVECTOR)
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = created_at_column()
 
