@@ -65,11 +65,15 @@ def upgrade() -> None:
         schema="conceptual",
     )
 
-    # Decay rewrites importance on every live memory each pass: with importance in no index
-    # and room left on each page, those updates are HOT (no index entries, no index bloat).
-    # The user filter is served by ix_memories_tenant_user_occurred.
+    # Decay rewrites importance on every live memory each pass, a page range at a time: with
+    # importance in no index and half of each page left free, every one of those updates is
+    # HOT (no index entries, no index bloat): 1M rows measured at ~100k rows/s all HOT with
+    # fillfactor 50, against ~8k rows/s with 70 (room for ~40 %) and the indexes below. The
+    # user filter is served by ix_memories_tenant_user_occurred; no query used the trigram
+    # index on content (near-duplicate checks compare a few candidate rows directly).
     op.drop_index("ix_memories_tenant_user_importance", table_name="memories", schema="semantic")
-    op.execute("ALTER TABLE semantic.memories SET (fillfactor = 70)")
+    op.drop_index("ix_memories_content_trgm", table_name="memories", schema="semantic")
+    op.execute("ALTER TABLE semantic.memories SET (fillfactor = 50)")
     # A stored generated column is recomputed by every UPDATE of its row (to_tsvector on each
     # decayed memory, 2.5x the cost of the update itself here): keep the value, and let a
     # trigger recompute it when the content is written instead.
@@ -171,6 +175,15 @@ def downgrade() -> None:
         " USING gin (tenant_id, user_id, search_tsv)"
     )
     op.execute("ALTER TABLE semantic.memories RESET (fillfactor)")
+    op.create_index(
+        "ix_memories_content_trgm",
+        "memories",
+        ["content"],
+        unique=False,
+        schema="semantic",
+        postgresql_using="gin",
+        postgresql_ops={"content": "gin_trgm_ops"},
+    )
     op.create_index(
         "ix_memories_tenant_user_importance",
         "memories",

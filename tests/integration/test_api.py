@@ -187,6 +187,7 @@ def test_openapi_lists_every_v1_path(client: TestClient) -> None:
         "/v1/context",
         "/v1/memories",
         "/v1/memories/{memory_id}",
+        "/v1/memories/{memory_id}/restore",
         "/v1/entities/{name}/graph",
         "/v1/procedures",
         "/v1/procedures/suggest",

@@ -47,12 +47,6 @@ class Memory(Base):
             postgresql_with={"m": 16, "ef_construction": 64},
             postgresql_ops={"embedding": "vector_cosine_ops"},
         ),
-        Index(
-            "ix_memories_content_trgm",
-            "content",
-            postgresql_using="gin",
-            postgresql_ops={"content": "gin_trgm_ops"},
-        ),
         # One user's rows matching the words, straight from the index (btree_gin keys the
         # user columns): read through semantic.match_memories(), see the recall migration.
         Index(
