@@ -132,7 +132,7 @@ def load(
         vectors = None
         if user in dream_users:
             topics = rng.integers(0, len(centroids), size=per_user)
-            noise = rng.normal(scale=0.02, size=(per_user, DIM)).astype(np.float32)
+            noise = rng.normal(scale=0.01, size=(per_user, DIM)).astype(np.float32)
             vectors = centroids[topics] + noise
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         for i, memory_id in enumerate(ids[user]):
