@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 
 _log = logging.getLogger(__name__)
@@ -128,3 +129,27 @@ def tenants() -> list[str]:
         return list(
             session.execute(text("SELECT tenant_id FROM meta.tenants ORDER BY tenant_id")).scalars()
         )
+
+
+def each_tenant(
+    job: str, settings: Settings, tick: datetime, work: Callable[[str, JobRun], None]
+) -> int:
+    """Run `work` for every tenant under the job's lock; rows of all runs that ran.
+
+    One tenant's failure (recorded in its run) does not keep the others waiting for the next
+    tick; the first error is raised once every tenant had its turn."""
+    total = 0
+    failure: Exception | None = None
+    for tenant_id in tenants():
+        try:
+            with run_job(job, tenant_id, tick=tick, engine=app_engine(settings)) as run:
+                if run is None:
+                    continue
+                work(tenant_id, run)
+                total += run.rows
+        except Exception as exc:
+            _log.exception("job %s failed for tenant %s", job, tenant_id)
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return total

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.layers.meta import maintenance
-from app.services.jobs import ALL_TENANTS, JobRun, run_job, tenants
+from app.services.jobs import ALL_TENANTS, JobRun, each_tenant, run_job
 
 _log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ def prune_access_patterns(
             if deleted < batch:
                 return
 
-    return _each_tenant(PRUNE_JOB, settings, now, prune)
+    return each_tenant(PRUNE_JOB, settings, now, prune)
 
 
 def recompute_procedure_confidence(settings: Settings, now: datetime | None = None) -> int:
@@ -101,28 +100,4 @@ def recompute_procedure_confidence(settings: Settings, now: datetime | None = No
         with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
             run.rows = maintenance.recompute_confidence(session=session, tenant_id=tenant_id)
 
-    return _each_tenant(PROCEDURES_JOB, settings, now or datetime.now(UTC), recompute)
-
-
-def _each_tenant(
-    job: str, settings: Settings, tick: datetime, work: Callable[[str, JobRun], None]
-) -> int:
-    """Run `work` for every tenant under the job's lock; rows of all runs that ran.
-
-    One tenant's failure (recorded in its run) does not keep the others waiting for the next
-    tick; the first error is raised once every tenant had its turn."""
-    total = 0
-    failure: Exception | None = None
-    for tenant_id in tenants():
-        try:
-            with run_job(job, tenant_id, tick=tick, engine=app_engine(settings)) as run:
-                if run is None:
-                    continue
-                work(tenant_id, run)
-                total += run.rows
-        except Exception as exc:
-            _log.exception("job %s failed for tenant %s", job, tenant_id)
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return total
+    return each_tenant(PROCEDURES_JOB, settings, now or datetime.now(UTC), recompute)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,7 +31,7 @@ from app.extraction.sentences import clean_turn, looks_like_junk, split_segments
 from app.layers.episodic import retention as repository
 from app.layers.episodic.service import close_idle_sessions
 from app.layers.working.summary import first_sentence
-from app.services.jobs import JobRun, run_job, tenants
+from app.services.jobs import JobRun, each_tenant
 from app.text.injection import instruction_flags
 
 _log = logging.getLogger(__name__)
@@ -175,7 +175,7 @@ def summarise_closed_sessions(
                 return
             after = ids[-1]
 
-    return _each_tenant(SUMMARY_JOB, settings, now or datetime.now(UTC), summarise)
+    return each_tenant(SUMMARY_JOB, settings, now or datetime.now(UTC), summarise)
 
 
 def close_and_summarise(settings: Settings, now: datetime | None = None) -> dict[str, int]:
@@ -203,28 +203,4 @@ def apply_event_retention(
             if deleted < batch:
                 return
 
-    return _each_tenant(RETENTION_JOB, settings, now, expire)
-
-
-def _each_tenant(
-    job: str, settings: Settings, tick: datetime, work: Callable[[str, JobRun], None]
-) -> int:
-    """Run `work` for every tenant under the job's lock; rows of all runs that ran.
-
-    One tenant's failure (recorded in its run) does not keep the others waiting for the next
-    tick; the first error is raised once every tenant had its turn."""
-    total = 0
-    failure: Exception | None = None
-    for tenant_id in tenants():
-        try:
-            with run_job(job, tenant_id, tick=tick, engine=app_engine(settings)) as run:
-                if run is None:
-                    continue
-                work(tenant_id, run)
-                total += run.rows
-        except Exception as exc:
-            _log.exception("job %s failed for tenant %s", job, tenant_id)
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return total
+    return each_tenant(RETENTION_JOB, settings, now, expire)
