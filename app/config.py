@@ -180,6 +180,10 @@ class Settings(BaseSettings):
         default=10_000, ge=1, description="new memories since the last refresh that trigger one"
     )
     access_retention_days: float = Field(default=7, gt=0)
+    job_runs_retention_days: float = Field(default=30, gt=0)
+    hebbian_weaken_period_s: float = Field(
+        default=86_400, gt=0, description="how long an edge may go unfired before it weakens"
+    )
     event_retention_days: float = Field(
         default=30, gt=0, description="L2 events that are not turns are kept this long"
     )

@@ -42,3 +42,8 @@ def summarise_sessions() -> dict[str, int]:
 @engram_task("engram.maintenance.apply_event_retention")
 def apply_event_retention() -> int:
     return retention.apply_event_retention(get_settings())
+
+
+@engram_task("engram.maintenance.prune_job_runs")
+def prune_job_runs() -> int:
+    return meta_refresh.prune_job_runs(get_settings())

@@ -66,6 +66,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
             "task": "engram.maintenance.prune_access_patterns",
             "schedule": 3600.0,
         },
+        "prune-job-runs": {
+            "task": "engram.maintenance.prune_job_runs",
+            "schedule": 86_400.0,
+        },
         "recompute-procedures": {
             "task": "engram.maintenance.recompute_procedures",
             "schedule": 86_400.0,

@@ -47,8 +47,8 @@ _log = logging.getLogger(__name__)
 APPLY_JOB = "hebbian.apply"
 WEAKEN_JOB = "hebbian.weaken"
 BUFFER_TTL_S = 7 * 86_400
-# Weakening happens once per this period; an edge co-activated within the period before a
-# tick keeps its weight at that tick.
+# Weakening happens once per period (ENGRAM_HEBBIAN_WEAKEN_PERIOD_S; this is its default);
+# an edge co-activated within the period before a tick keeps its weight at that tick.
 WEAKEN_PERIOD_S = 86_400.0
 # Batches per user and apply run, so one very busy user cannot hold the tenant's run forever
 # (what is left waits for the next run).
@@ -258,9 +258,11 @@ def weaken(
     tenant_id: str,
     now: datetime | None = None,
     *,
-    period_s: float = WEAKEN_PERIOD_S,
+    period_s: float | None = None,
 ) -> WeakenReport:
-    """Weaken and prune the tenant's stale Hebbian edges once for the period `now` is in."""
+    """Weaken and prune the tenant's stale Hebbian edges once for the period `now` is in
+    (ENGRAM_HEBBIAN_WEAKEN_PERIOD_S, a day, unless given)."""
+    period_s = period_s or settings.hebbian_weaken_period_s
     tick = tick_of(now or datetime.now(UTC), period_s)
     before = tick - timedelta(seconds=period_s)
     report = WeakenReport(tick=tick)

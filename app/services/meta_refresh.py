@@ -91,6 +91,21 @@ def prune_access_patterns(
     return each_tenant(PRUNE_JOB, settings, now, prune)
 
 
+def prune_job_runs(
+    settings: Settings, now: datetime | None = None, *, batch: int = PRUNE_BATCH
+) -> int:
+    """Forget finished job runs older than `job_runs_retention_days` (the per-minute jobs
+    write a row per tenant and run); returns how many went."""
+    before = (now or datetime.now(UTC)) - timedelta(days=settings.job_runs_retention_days)
+    total = 0
+    while True:
+        with unit_of_work(engine=owner_engine(settings)) as session:
+            deleted = maintenance.prune_job_runs(session=session, before=before, limit=batch)
+        total += deleted
+        if deleted < batch:
+            return total
+
+
 def recompute_procedure_confidence(settings: Settings, now: datetime | None = None) -> int:
     """Rewrite every stored procedure confidence from its avg_success and executions with the
     current formula (after the formula changed, or rows were written by hand); one UPDATE

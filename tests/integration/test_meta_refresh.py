@@ -334,3 +334,22 @@ def test_recompute_sets_confidence_by_the_python_formula(settings: Settings, ten
 
     assert meta_refresh.recompute_procedure_confidence(settings) == 0
     assert last_run(meta_refresh.PROCEDURES_JOB, tenant).rows == 0
+
+
+def test_old_job_runs_are_pruned_and_recent_ones_kept(settings: Settings, tenant: str) -> None:
+    from app.services.meta_refresh import prune_job_runs
+
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    with unit_of_work(tenant) as session:
+        for job, age in (("old", 40), ("recent", 2)):
+            session.execute(
+                text(
+                    "INSERT INTO meta.job_runs (id, tenant_id, job, status, started_at,"
+                    " finished_at) VALUES (gen_random_uuid(), :t, :job, 'done', :at, :at)"
+                ),
+                {"t": tenant, "job": job, "at": now - timedelta(days=age)},
+            )
+    assert prune_job_runs(settings, now) >= 1
+    with unit_of_work(tenant) as session:
+        left = session.execute(text("SELECT job FROM meta.job_runs")).scalars().all()
+    assert left == ["recent"]

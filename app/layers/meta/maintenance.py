@@ -100,3 +100,16 @@ def recompute_confidence(*, session: Session, tenant_id: str) -> int:
     with the formula record_outcome uses; returns how many rows changed."""
     result = session.execute(_RECOMPUTE_CONFIDENCE, {"tenant": tenant_id})
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+_PRUNE_RUNS = text(
+    "DELETE FROM meta.job_runs WHERE id IN (SELECT id FROM meta.job_runs"
+    " WHERE finished_at < :before LIMIT :limit)"
+)
+
+
+def prune_job_runs(*, session: Session, before: datetime, limit: int) -> int:
+    """Delete at most `limit` finished job runs older than `before` (every tenant's: run as
+    the owner, it is operational history, not tenant data); returns how many went."""
+    result = session.execute(_PRUNE_RUNS, {"before": before, "limit": int(limit)})
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
