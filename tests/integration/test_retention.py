@@ -209,3 +209,25 @@ def test_old_raw_events_go_and_turns_stay(
     with unit_of_work(tenant) as db:
         left = db.execute(text("SELECT min(occurred_at) FROM episodic.events")).scalar_one()
     assert left >= now - window
+
+
+def test_a_summarised_session_that_grows_is_summarised_again(tenant: str) -> None:
+    from app.layers.episodic.repository import upsert_sessions
+    from app.layers.episodic.sessions import SessionSpan
+
+    start = datetime(2026, 3, 1, 9, tzinfo=UTC)
+    span = SessionSpan(uuid.uuid4(), "u1", start, start + timedelta(minutes=5), {"web"})
+    with unit_of_work(tenant) as session:
+        upsert_sessions(session=session, tenant_id=tenant, spans=[span])
+        session.execute(
+            text("UPDATE episodic.sessions SET closed_at = now(), summary = 'done' WHERE id = :id"),
+            {"id": span.id},
+        )
+    with unit_of_work(tenant) as session:  # the same span replayed: nothing changes
+        upsert_sessions(session=session, tenant_id=tenant, spans=[span])
+        assert session.execute(text("SELECT summary FROM episodic.sessions")).scalar() == "done"
+    later = SessionSpan(span.id, "u1", start, start + timedelta(minutes=20), {"web"})
+    with unit_of_work(tenant) as session:
+        upsert_sessions(session=session, tenant_id=tenant, spans=[later])
+        row = session.execute(text("SELECT summary, closed_at FROM episodic.sessions")).one()
+    assert row == (None, None)

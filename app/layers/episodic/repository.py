@@ -90,6 +90,12 @@ def upsert_sessions(*, session: DbSession, tenant_id: str, spans: Sequence[Sessi
                 "CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at "
                 "THEN NULL ELSE episodic.sessions.closed_at END"
             ),
+            # A session that grows is summarised again when it closes again.
+            "summary": text(
+                "CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at"
+                " OR excluded.started_at < episodic.sessions.started_at"
+                " THEN NULL ELSE episodic.sessions.summary END"
+            ),
         },
     )
     session.execute(stmt)
