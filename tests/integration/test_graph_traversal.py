@@ -361,3 +361,32 @@ def test_related_memories_by_shared_entity_and_association(tenant: str) -> None:
     assert not {start, second, superseded, archived, other_user} & set(by_id)
     # With one input, the other (associated at 0.9 and sharing both entities) comes first.
     assert len(top) == 1 and top[0].memory_id == second
+
+
+def test_a_relation_end_is_counted_as_a_mention_of_its_memory(tenant: str) -> None:
+    from app.config import get_settings
+    from app.embedding.factory import get_embedder
+    from app.services.memories import RememberRequest, remember
+
+    settings = get_settings()
+    stored = remember(
+        tenant,
+        RememberRequest(
+            user_id="u1", memories=[{"content": "Alice prefers hotels near the old town."}]
+        ),
+        settings=settings,
+        embedder=get_embedder(settings),
+    )
+    with unit_of_work(tenant) as session:
+        rows = session.execute(
+            text(
+                "SELECT e.canonical_name, e.mention_count, count(m.id) AS linked"
+                " FROM conceptual.entities AS e LEFT JOIN conceptual.mentions AS m"
+                " ON m.entity_id = e.id AND m.memory_id = :memory"
+                " GROUP BY e.canonical_name, e.mention_count"
+            ),
+            {"memory": stored[0].id},
+        ).all()
+    counts = {name: (mentions, linked) for name, mentions, linked in rows}
+    assert counts["hotels"] == (1, 1)
+    assert all(mentions >= 1 and linked == 1 for mentions, linked in counts.values())

@@ -46,7 +46,13 @@ def record_entities(
                 seen_here.add(mention.canonical)
         for fact in facts:
             for name in (fact.source, fact.target):
-                _count(entities, name, name, "thing", gem.occurred_at, new=False)
+                # A relation's end is named in this memory too ("Alice prefers hotels"):
+                # a mention like any other, counted once per memory.
+                fresh = name not in seen_here
+                _count(entities, name, name, "thing", gem.occurred_at, new=fresh)
+                if fresh:
+                    mentions.append((name, memory_id, turn_id, name))
+                    seen_here.add(name)
             relations.append((fact.source, fact.target, fact.relation, memory_id, turn_id))
     if not entities:
         return 0
