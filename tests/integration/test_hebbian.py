@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -496,10 +495,10 @@ def test_forgetting_the_user_removes_their_buffer(
     assert not redis_client.smembers(pending_key(keys))
 
 
-# -- speed, at a small scale ---------------------------------------------------------------
+# -- many co-activations at once (their speed is measured by bench/maintenance.py) ---------
 
 
-def test_many_coactivations_apply_in_one_statement_per_batch(
+def test_many_coactivations_are_all_applied(
     settings: Settings, redis_client: redis.Redis, tenant: str
 ) -> None:
     ids = _memories(tenant, "dee", 60)
@@ -514,14 +513,11 @@ def test_many_coactivations_apply_in_one_statement_per_batch(
         pipe.rpush(buffer_key(keys, tenant, "dee"), json.dumps(record))
     pipe.sadd(pending_key(keys), f"{tenant}|dee")
     pipe.execute()
-    started = time.perf_counter()
     report = apply_pending(settings, redis_client)
-    elapsed = time.perf_counter() - started
     assert report.coactivations == records * 45
     edges = _edges(tenant)
     assert sum(e.co_activations for e in edges.values()) == records * 45
     assert report.created == len(edges)
-    assert elapsed < 5  # measured far lower; a generous bound for a shared machine
 
 
 def test_deleting_a_memory_drops_its_edges_and_no_others(tenant: str) -> None:
