@@ -9,6 +9,7 @@ after the commit, so a crash in between replays records that then change nothing
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -20,6 +21,9 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.keys import RedisKeys
 from app.layers.meta import access as access_sql
+from app.services.hebbian import record_coactivation
+
+_log = logging.getLogger(__name__)
 
 BUFFER_TTL_S = 7 * 86_400
 BATCH = 1000
@@ -59,6 +63,53 @@ def record_access(
     pipe.expire(buffer, BUFFER_TTL_S)
     pipe.sadd(keys.access_pending(), f"{tenant_id}|{user_id}")
     pipe.execute()
+
+
+def record_retrieval(
+    client: redis.Redis,
+    settings: Settings,
+    *,
+    tenant_id: str,
+    user_id: str,
+    channel: str | None,
+    query: str,
+    memory_ids: Sequence[uuid.UUID],
+    scores: Sequence[float],
+    source: str,
+) -> None:
+    """What a search or a context assembly leaves behind, best effort (the answer does not
+    wait on it): the access record, and the co-activation of the memories returned together.
+    Nothing is written for no memories, so a forgotten user's search leaves no key."""
+    if not memory_ids:
+        return
+    keys = RedisKeys.from_settings(settings)
+    try:
+        record_access(
+            client,
+            keys,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            channel=channel,
+            query=query,
+            memory_ids=memory_ids,
+            scores=scores,
+        )
+    except redis.RedisError as exc:
+        _log.warning("access not recorded: %s", exc)
+    if len(memory_ids) < 2:
+        return
+    try:
+        record_coactivation(
+            client,
+            keys,
+            tenant_id,
+            user_id,
+            list(memory_ids),
+            source,
+            max_pairs=settings.hebbian_max_pairs,
+        )
+    except redis.RedisError as exc:
+        _log.warning("co-activation not recorded: %s", exc)
 
 
 def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 200) -> int:

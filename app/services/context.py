@@ -13,7 +13,6 @@ repeat a turn already in the block are dropped. The block is laid out in a fixed
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,20 +27,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
-from app.keys import RedisKeys
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.scoring.retrieval import PriorWeights, memory_prior, recency
 from app.services import procedures
-from app.services.access import record_access
-from app.services.hebbian import record_coactivation
+from app.services.access import record_retrieval
 from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
 from app.text.tokens import count_tokens
-
-_log = logging.getLogger(__name__)
 
 CONVERSATION_SHARE = 0.4
 MEMORY_CANDIDATES = 20
@@ -300,33 +295,17 @@ def assemble_context(
 
     text = packer.text()
     memories = [m for m in chosen if m["layer"] == "memory"]
-    try:
-        if memories:
-            record_access(
-                client,
-                RedisKeys.from_settings(settings),
-                tenant_id=tenant_id,
-                user_id=request.user_id,
-                channel=request.channel,
-                query=request.query,
-                memory_ids=[m["id"] for m in memories],
-                scores=[m["score"] for m in memories],
-            )
-    except redis.RedisError as exc:
-        _log.warning("access not recorded: %s", exc)
-    try:  # memories chosen together strengthen their association (applied off this path)
-        if len(memories) >= 2:
-            record_coactivation(
-                client,
-                RedisKeys.from_settings(settings),
-                tenant_id,
-                request.user_id,
-                [m["id"] for m in memories],
-                "context",
-                max_pairs=settings.hebbian_max_pairs,
-            )
-    except redis.RedisError as exc:
-        _log.warning("co-activation not recorded: %s", exc)
+    record_retrieval(
+        client,
+        settings,
+        tenant_id=tenant_id,
+        user_id=request.user_id,
+        channel=request.channel,
+        query=request.query,
+        memory_ids=[m["id"] for m in memories],
+        scores=[m["score"] for m in memories],
+        source="context",
+    )
     return ContextResult(
         text=text,
         tokens=count_tokens(text),

@@ -15,14 +15,9 @@ from datetime import UTC, datetime
 from app.config import Settings
 from app.db.session import owner_engine, unit_of_work
 from app.layers.semantic import decay as decay_sql
-from app.services.jobs import ALL_TENANTS, run_job
+from app.services.jobs import ALL_TENANTS, run_job, tick_of
 
 _log = logging.getLogger(__name__)
-
-
-def tick_of(now: datetime, interval_s: float) -> datetime:
-    seconds = int(now.timestamp() // interval_s * interval_s)
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 def decay_pass(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -40,7 +39,7 @@ from app.layers.conceptual.hebbian import START, Cursor
 from app.layers.episodic import repository as episodic
 from app.scoring.hebbian import pairs
 from app.services.ingest import user_lock_key
-from app.services.jobs import run_job
+from app.services.jobs import run_job, tick_of
 
 _log = logging.getLogger(__name__)
 
@@ -236,11 +235,6 @@ class WeakenReport:
     skipped: str | None = None  # why nothing was done: "busy" | "done"
     resumed: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
-
-
-def tick_of(now: datetime, period_s: float = WEAKEN_PERIOD_S) -> datetime:
-    """The start of the period `now` falls in (periods counted from the epoch, UTC)."""
-    return datetime.fromtimestamp(math.floor(now.timestamp() / period_s) * period_s, UTC)
 
 
 _PREVIOUS = text(

@@ -13,11 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -29,6 +30,12 @@ _log = logging.getLogger(__name__)
 
 # The tenant of a job that spans the whole database (a materialized view refresh).
 ALL_TENANTS = "*"
+
+
+def tick_of(now: datetime, period_s: float) -> datetime:
+    """The start of the period `now` falls in (periods counted from the epoch, UTC): the
+    clock tick a periodic job is idempotent for."""
+    return datetime.fromtimestamp(math.floor(now.timestamp() / period_s) * period_s, UTC)
 
 
 def lock_key(job: str, tenant_id: str, scope: str = "") -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,9 +24,7 @@ from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.service import store_gems
 from app.streams.events import Channel, Identifier
-from app.text.storable import StorableJson, StorableText
-
-Tag = Annotated[StorableText, Field(min_length=1, max_length=64)]
+from app.text.storable import StorableJson, StorableTag, StorableText
 
 
 class MemoryIn(BaseModel):
@@ -38,8 +36,8 @@ class MemoryIn(BaseModel):
     occurred_at: datetime | None = Field(
         default=None, description="when it happened or was learnt (default: now)"
     )
-    tags: list[Tag] = Field(default_factory=list, max_length=32)
-    topics: list[Tag] = Field(default_factory=list, max_length=32)
+    tags: list[StorableTag] = Field(default_factory=list, max_length=32)
+    topics: list[StorableTag] = Field(default_factory=list, max_length=32)
     channel: Channel | None = None
     subject: StorableText | None = Field(
         default=None,

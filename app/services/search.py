@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +24,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
-from app.keys import RedisKeys
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
@@ -35,15 +34,13 @@ from app.scoring.retrieval import (
     reciprocal_rank_fusion,
     weighted_fusion,
 )
-from app.services.access import record_access
-from app.services.hebbian import record_coactivation
+from app.services.access import record_retrieval
 from app.streams.events import Channel, Identifier
-from app.text.storable import StorableText
+from app.text.storable import StorableTag, StorableText
 
 _log = logging.getLogger(__name__)
 
 Key = tuple[str, uuid.UUID]  # ("memory" | "turn", id)
-Tag = Annotated[StorableText, Field(min_length=1, max_length=64)]
 
 
 class SearchRequest(BaseModel):
@@ -55,7 +52,7 @@ class SearchRequest(BaseModel):
     query: StorableText = Field(min_length=1, max_length=8000)
     limit: int = Field(default=10, ge=1, le=100)
     channel: Channel | None = None
-    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    tags: list[StorableTag] = Field(default_factory=list, max_length=32)
     kinds: list[Literal[MEMORY_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
     since: datetime | None = None
     until: datetime | None = None
@@ -365,32 +362,14 @@ def _record(
     hits: list[SearchHit],
 ) -> None:
     memories = [h for h in hits if h.layer == "memory"]
-    if not memories:  # nothing to count, and no key to leave behind (e.g. a forgotten user)
-        return
-    try:
-        record_access(
-            client,
-            RedisKeys.from_settings(settings),
-            tenant_id=tenant_id,
-            user_id=request.user_id,
-            channel=request.channel,
-            query=request.query,
-            memory_ids=[h.id for h in memories],
-            scores=[h.score for h in memories],
-        )
-    except redis.RedisError as exc:  # access stats are best effort; the answer is not
-        _log.warning("access not recorded: %s", exc)
-    if len(memories) < 2:
-        return
-    try:  # memories returned together strengthen their association (applied off this path)
-        record_coactivation(
-            client,
-            RedisKeys.from_settings(settings),
-            tenant_id,
-            request.user_id,
-            [h.id for h in memories],
-            "search",
-            max_pairs=settings.hebbian_max_pairs,
-        )
-    except redis.RedisError as exc:
-        _log.warning("co-activation not recorded: %s", exc)
+    record_retrieval(
+        client,
+        settings,
+        tenant_id=tenant_id,
+        user_id=request.user_id,
+        channel=request.channel,
+        query=request.query,
+        memory_ids=[h.id for h in memories],
+        scores=[h.score for h in memories],
+        source="search",
+    )

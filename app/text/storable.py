@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 
 def _no_nul(value: str) -> str:
@@ -29,5 +29,7 @@ def _storable_json(value: Any) -> Any:
 
 
 StorableText = Annotated[str, AfterValidator(_no_nul)]
+# A label on a memory (tags, topics) as requests give it.
+StorableTag = Annotated[StorableText, Field(min_length=1, max_length=64)]
 StorableJson = Annotated[dict[str, Any], AfterValidator(_storable_json)]
 StorableStep = Annotated[str | dict[str, Any], AfterValidator(_storable_json)]

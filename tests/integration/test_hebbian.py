@@ -31,9 +31,9 @@ from app.services.hebbian import (
     buffer_key,
     pending_key,
     record_coactivation,
-    tick_of,
     weaken,
 )
+from app.services.jobs import tick_of
 from app.services.memories import MemoryIn, RememberRequest, remember
 from app.services.search import SearchRequest, search
 
@@ -405,7 +405,7 @@ def test_weaken_lowers_stale_edges_once_per_period_and_prunes_under_the_floor(
     elsewhere = _edges(other_tenant)
 
     report = weaken(settings, tenant, NOW)
-    assert report.skipped is None and report.tick == tick_of(NOW)
+    assert report.skipped is None and report.tick == tick_of(NOW, hebbian.WEAKEN_PERIOD_S)
     after = _edges(tenant)
     assert weak not in after
     assert after[stale].weight == pytest.approx(0.45)
