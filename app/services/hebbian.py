@@ -29,7 +29,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
-from sqlalchemy import text
 
 from app.config import Settings
 from app.db.session import unit_of_work
@@ -37,6 +36,7 @@ from app.keys import RedisKeys
 from app.layers.conceptual import hebbian as hebbian_sql
 from app.layers.conceptual.hebbian import START, Cursor
 from app.layers.episodic import repository as episodic
+from app.layers.meta import job_runs
 from app.scoring.hebbian import pairs
 from app.services.ingest import user_lock_key
 from app.services.jobs import run_job, tick_of
@@ -237,16 +237,6 @@ class WeakenReport:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-_PREVIOUS = text(
-    "SELECT status, detail FROM meta.job_runs"
-    " WHERE tenant_id = :tenant AND job = :job AND tick = :tick AND id <> :id"
-    " AND started_at >= :tick ORDER BY started_at DESC"
-)
-_PROGRESS = text(
-    "UPDATE meta.job_runs SET rows = :rows, detail = CAST(:detail AS jsonb) WHERE id = :id"
-)
-
-
 def weaken(
     settings: Settings,
     tenant_id: str,
@@ -265,9 +255,9 @@ def weaken(
             report.skipped = "busy"
             return report
         with unit_of_work(tenant_id) as session:
-            previous = session.execute(
-                _PREVIOUS, {"tenant": tenant_id, "job": WEAKEN_JOB, "tick": tick, "id": run.id}
-            ).all()
+            previous = job_runs.earlier_at_tick(
+                session=session, tenant_id=tenant_id, job=WEAKEN_JOB, tick=tick, run_id=run.id
+            )
         if any(p.status == "done" for p in previous):
             report.skipped = "done"
             run.detail = {"skipped": "this tick is done"}
@@ -305,9 +295,7 @@ def weaken(
                     "after": [cursor[0], str(cursor[1]), str(cursor[2])],
                 }
                 # The position commits with the batch: a run after a crash resumes exactly.
-                session.execute(
-                    _PROGRESS, {"id": run.id, "rows": run.rows, "detail": json.dumps(run.detail)}
-                )
+                job_runs.progress(session=session, run_id=run.id, rows=run.rows, detail=run.detail)
             if not step.more:
                 break
         report.detail = run.detail

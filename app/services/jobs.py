@@ -11,7 +11,6 @@ which `engram status` and GET /v1/stats show.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import uuid
@@ -25,6 +24,8 @@ from sqlalchemy import Engine, text
 
 from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
+from app.layers.meta import job_runs
+from app.layers.meta.repository import list_tenants
 
 _log = logging.getLogger(__name__)
 
@@ -80,12 +81,13 @@ def run_job(
         run = JobRun(id=uuid.uuid4(), job=job, tenant_id=tenant_id, scope=scope)
         try:
             with unit_of_work(tenant_id) as session:
-                session.execute(
-                    text(
-                        "INSERT INTO meta.job_runs (id, tenant_id, job, scope, tick)"
-                        " VALUES (:id, :tenant, :job, :scope, :tick)"
-                    ),
-                    {"id": run.id, "tenant": tenant_id, "job": job, "scope": scope, "tick": tick},
+                job_runs.start(
+                    session=session,
+                    run_id=run.id,
+                    tenant_id=tenant_id,
+                    job=job,
+                    scope=scope,
+                    tick=tick,
                 )
             try:
                 yield run
@@ -100,42 +102,30 @@ def run_job(
 
 def _finish(run: JobRun, status: str, error: str | None) -> None:
     with unit_of_work(run.tenant_id) as session:
-        session.execute(
-            text(
-                "UPDATE meta.job_runs SET status = :status, rows = :rows, errors = :errors,"
-                " detail = CAST(:detail AS jsonb), error = :error, finished_at = now()"
-                " WHERE id = :id"
-            ),
-            {
-                "id": run.id,
-                "status": status,
-                "rows": run.rows,
-                "errors": run.errors + (1 if error else 0),
-                "detail": json.dumps(run.detail, default=str),
-                "error": error[:4000] if error else None,
-            },
+        job_runs.finish(
+            session=session,
+            run_id=run.id,
+            status=status,
+            rows=run.rows,
+            errors=run.errors + (1 if error else 0),
+            detail=run.detail,
+            error=error,
         )
 
 
 def recent_runs(tenant_id: str | None = None, limit: int = 20) -> list[Any]:
     """The latest runs: of one tenant (under its RLS scope), or of all (as the owner)."""
-    query = text(
-        "SELECT job, tenant_id, scope, status, rows, errors, started_at, finished_at, error,"
-        " detail FROM meta.job_runs ORDER BY started_at DESC LIMIT :limit"
-    )
     if tenant_id is None:
         with unit_of_work(engine=owner_engine()) as session:
-            return list(session.execute(query, {"limit": limit}))
+            return job_runs.recent(session=session, limit=limit)
     with unit_of_work(tenant_id) as session:
-        return list(session.execute(query, {"limit": limit}))
+        return job_runs.recent(session=session, limit=limit)
 
 
 def tenants() -> list[str]:
     """Every registered tenant (the registry carries no RLS), for per-tenant chunking."""
     with unit_of_work() as session:
-        return list(
-            session.execute(text("SELECT tenant_id FROM meta.tenants ORDER BY tenant_id")).scalars()
-        )
+        return list_tenants(session=session)
 
 
 def each_tenant(
