@@ -3,8 +3,8 @@
 Starts N `celery worker` processes serving ingest, extract and embed, pushes a synthetic but
 varied conversation (preferences that change, decisions, todos, facts, small talk) for many
 users, and waits until every turn is claimed by an extraction batch and every batch is stored
-(the idle trigger is fired at the end for each user's leftover turns). Peak RSS is sampled per
-worker process tree. Own database (`engram_bench_extract`) and Redis prefix.
+(beat's idle trigger and its retry of failed batches are fired at the end, as beat would).
+Peak RSS is sampled per worker process tree. Own database (`engram_bench_extract`) and Redis prefix.
 
 Last line: `extract turns_per_s=<N> gems_per_s=<N> embed_per_s=<N> embeds_per_turn=<N> rss_mb=<N>`
 """
@@ -41,40 +41,51 @@ CITIES = ["Lisbon", "Porto", "Berlin", "Kyoto", "Austin", "Nairobi", "Lima", "Os
 SEATS = ["aisle", "window"]
 
 
-def line(n: int, user: int) -> tuple[str, str]:
-    """(role, content) of turn n: a deterministic mix of what agents hear all day. Every
-    text carries its own numbers, so the embedding cache is not flattered by repeats."""
+def line(n: int, user: int, *, distinct: bool = False) -> tuple[str, str]:
+    """(role, content) of turn n: a deterministic mix of what agents hear all day.
+
+    By default details come from small ranges, so users repeat each other's sentences (8,840
+    distinct texts among the 18,000 non-small-talk turns of the default run), as people repeat
+    routine requests; `distinct` draws every detail from the turn's own counter, so no
+    sentence repeats and the embedding cache shares nothing between turns."""
     p, t, c = PEOPLE[(n + user) % 8], TOOLS[(n * 3 + user) % 8], CITIES[(n * 5 + user) % 8]
     k = n * 131 + user * 7  # a per-turn detail
+
+    def small(modulus: int, offset: int) -> int:
+        return k + offset if distinct else k % modulus + offset
+
     kind = n % 10
     if kind == 0:
         seat = SEATS[(n // 10 + user) % 2]
-        return "user", f"I prefer {seat} seats when I fly to {c}, ideally row {k % 40 + 1}."
+        return "user", f"I prefer {seat} seats when I fly to {c}, ideally row {small(40, 1)}."
     if kind == 1:
         return "assistant", f"Noted, I'll keep that in mind for trip {k}."
     if kind == 2:
-        return "user", f"We decided to migrate billing service {k % 90} from {t} next quarter."
+        service = small(90, 0)
+        return "user", f"We decided to migrate billing service {service} from {t} next quarter."
     if kind == 3:
         return "user", f"Remind me to send {p} the {c} offsite budget of {k} euros by Friday."
     if kind == 4:
-        return "user", f"{p} works at the {c} office and runs {k % 12 + 2} {t} projects."
+        return "user", f"{p} works at the {c} office and runs {small(12, 2)} {t} projects."
     if kind == 5:
         return "user", "ok thanks, sounds good"
     if kind == 6:
-        return "user", f"My goal is to cut the {t} bill by {k % 40 + 10} percent this year."
+        return "user", f"My goal is to cut the {t} bill by {small(40, 10)} percent this year."
     if kind == 7:
-        return "assistant", f"The {t} cluster in {c} had {k % 17 + 2} incidents last month."
+        return "assistant", f"The {t} cluster in {c} had {small(17, 2)} incidents last month."
     if kind == 8:
         return "user", f"I'm really worried about the {c} launch deadline for release {k}!"
     return "user", f"Yesterday {p} met the {t} vendor in {c} about contract {k}."
 
 
-def make_turns(tenant: str, turns: int, users: int) -> list[dict[str, object]]:
+def make_turns(
+    tenant: str, turns: int, users: int, *, distinct: bool = False
+) -> list[dict[str, object]]:
     base = datetime(2026, 2, 1, tzinfo=UTC)
     events = []
     for n in range(turns):
         user = n % users
-        role, content = line(n // users, user)
+        role, content = line(n // users, user, distinct=distinct)
         events.append(
             {
                 "type": "turn",
@@ -123,6 +134,7 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=2, help="task threads per worker")
+    parser.add_argument("--distinct", action="store_true", help="no sentence repeats (see line())")
     args = parser.parse_args()
 
     base = get_settings()
@@ -138,6 +150,9 @@ def main() -> int:
         # Leftovers under the N-turn trigger are extracted by the idle trigger: make it fire
         # two seconds after the last turn instead of fifteen minutes.
         "ENGRAM_EXTRACT_IDLE_S": "2",
+        # A batch that failed (a deadlock victim, say) is retried by beat after ten minutes;
+        # here after five seconds, so a retry shows in the time instead of stalling the run.
+        "ENGRAM_EXTRACT_RETRY_AFTER_S": "5",
     }
     # The prefix separates Engram's own keys; Celery's queues are the broker's usual ones.
     logs = [
@@ -167,7 +182,7 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("workers did not start")
             time.sleep(0.1)
-        events = make_turns(tenant, args.turns, args.users)
+        events = make_turns(tenant, args.turns, args.users, distinct=args.distinct)
         producer = EventProducer(client, settings)
         started = time.perf_counter()
         for start in range(0, len(events), 1000):
@@ -179,12 +194,14 @@ def main() -> int:
             turns, claimed, open_batches, _ = progress(engine, tenant)
             if turns == args.turns and claimed == turns and open_batches == 0:
                 break
-            if turns == args.turns and open_batches == 0 and time.monotonic() - last_sweep > 3:
-                # Only leftovers below the N-turn trigger remain: run beat's sweep (score
-                # what is unscored, then the idle trigger) as beat would, again if needed.
+            if turns == args.turns and time.monotonic() - last_sweep > 3:
+                # Only leftovers below the N-turn trigger remain, or failed batches: run
+                # beat's sweep (score what is unscored, then the idle trigger) and its retry
+                # of stale batches, as beat would, again if needed.
                 from workers.celery_app import app
 
                 app.send_task("engram.extract.sweep_idle")
+                app.send_task("engram.extract.retry_stale")
                 last_sweep = time.monotonic()
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out: {progress(engine, tenant)}")
@@ -193,13 +210,14 @@ def main() -> int:
         _, _, _, memories = progress(engine, tenant)
         embedded = int(client.get(keys.embedded_count()) or 0)
         with engine.connect() as conn:
-            failed = conn.execute(
+            failed, retried = conn.execute(
                 text(
-                    "SELECT count(*) FROM semantic.extraction_batches"
-                    " WHERE tenant_id = :t AND state = 'failed'"
+                    "SELECT count(*) FILTER (WHERE state = 'failed'),"
+                    " count(*) FILTER (WHERE attempts > 0)"
+                    " FROM semantic.extraction_batches WHERE tenant_id = :t"
                 ),
                 {"t": tenant},
-            ).scalar_one()
+            ).one()
             entities = conn.execute(
                 text("SELECT count(*) FROM conceptual.entities WHERE tenant_id = :t"),
                 {"t": tenant},
@@ -218,7 +236,8 @@ def main() -> int:
     print(
         f"turns={args.turns} users={args.users} workers={args.workers} "
         f"concurrency={args.concurrency} elapsed={elapsed:.1f}s memories={memories} "
-        f"entities={entities} failed_batches={failed} embedded={embedded}"
+        f"entities={entities} failed_batches={failed} retried_batches={retried} "
+        f"embedded={embedded} distinct={args.distinct}"
     )
     print(
         f"extract turns_per_s={turns_per_s:.0f} gems_per_s={memories / elapsed:.1f} "

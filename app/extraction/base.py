@@ -42,6 +42,9 @@ class Gem:
     metadata: dict[str, object] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)  # caller's labels, beside the kind
     channel: str | None = None  # where it was said (default: its first source turn's channel)
+    # The text its vector is computed from, when not `content`: the offline extractor gives a
+    # gem's source sentence as said (see embedding_text).
+    embed_text: str = ""
 
 
 class Extractor(Protocol):
@@ -52,6 +55,15 @@ class Extractor(Protocol):
     def extract(
         self, *, batch: Sequence[SourceTurn], context: Sequence[SourceTurn]
     ) -> list[Gem]: ...
+
+
+def embedding_text(gem: Gem) -> str:
+    """What a gem is embedded from: its source sentence where the extractor gave one, else its
+    content. Within one user's memories the resolved names add nothing to tell memories apart
+    (every dense search is filtered to one user), while the sentence as said is the text the
+    turn was already embedded with for novelty: one model call serves both, and novelty then
+    compares like with like (a new turn's words against earlier turns' words)."""
+    return gem.embed_text or gem.content
 
 
 def gem_to_dict(gem: Gem) -> dict[str, object]:

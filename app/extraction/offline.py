@@ -55,6 +55,7 @@ class _Draft:
     dates: list[str] = field(default_factory=list)
     summary: str = ""
     extra_topics: list[str] = field(default_factory=list)
+    embed_text: str = ""  # the sentence as said, for a gem that is one sentence of a turn
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class OfflineExtractor:
             truncated,
             suspicious,
             dates,
+            embed_text=sentence,
         )
 
     def _answer(
@@ -258,6 +260,7 @@ class OfflineExtractor:
             subject=subject,
             value=value,
             metadata=metadata,
+            embed_text=draft.embed_text,
         )
 
 

@@ -19,13 +19,21 @@ from typing import Any
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
-from app.extraction.base import Extractor, Gem, SourceTurn, gem_from_dict, gem_to_dict
+from app.extraction.base import (
+    Extractor,
+    Gem,
+    SourceTurn,
+    embedding_text,
+    gem_from_dict,
+    gem_to_dict,
+)
 from app.layers.conceptual.service import record_entities
 from app.layers.episodic import repository as episodic
 from app.layers.meta.repository import list_tenants
 from app.layers.semantic import repository as semantic
 from app.layers.semantic.service import store_gems
 from app.layers.working.store import WorkingMemoryStore
+from app.services.ingest import user_lock_key
 from app.text.tokens import count_tokens
 
 _log = logging.getLogger(__name__)
@@ -234,7 +242,7 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
             skipped += 1
             continue
         ready.append((ref, _gems(batch)))
-    texts = [g.content for _, gems in ready for g in gems]
+    texts = [embedding_text(g) for _, gems in ready for g in gems]
     if texts:
         embedder.embed(texts)
     for ref, _ in ready:
@@ -250,12 +258,19 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         try:
             batch_id = uuid.UUID(ref[1])
             with unit_of_work(ref[0]) as session:
+                seen = semantic.get_batch(session=session, batch_id=batch_id)
+                if seen is not None:
+                    # One store per user at a time, under the lock ingest and forget take
+                    # (taken before the batch row, in their order): two batches of a user
+                    # stored together each missed the other's near-duplicates, and their
+                    # inserts of the same texts deadlocked on the unique index.
+                    episodic.lock_users(session=session, keys=[user_lock_key(ref[0], seen.user_id)])
                 batch = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
                 if batch is None or batch.state not in ("extracted", "embedded"):
                     skipped += 1
                     continue
                 found = _gems(batch)
-                vectors = embedder.embed([g.content for g in found]) if found else []
+                vectors = embedder.embed([embedding_text(g) for g in found]) if found else []
                 turns = episodic.batch_turns(session=session, batch_id=batch_id)
                 sessions = {str(r.id): r.session_id for r in turns}
                 channels = {str(r.id): r.channel for r in turns}
@@ -268,7 +283,9 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                     extractor=str(found[0].metadata.get("extractor", "")) if found else "",
                     gems=found,
                     vectors=vectors,
-                    turn_scores=episodic.batch_salience(session=session, batch_id=batch_id),
+                    turn_scores={
+                        str(r.id): (float(r.emotional_intensity), float(r.salience)) for r in turns
+                    },
                     session_of_turn=sessions,
                     channel_of_turn=channels,
                 )

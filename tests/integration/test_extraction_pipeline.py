@@ -54,6 +54,8 @@ def pipeline(settings: Settings, redis_client):  # type: ignore[no-untyped-def]
     extractor = get_extractor(settings)
 
     class Pipeline:
+        cached = embedder  # the CachedEmbedder every step shares: its misses are model calls
+
         def ingest(self, events: list[dict[str, Any]], *, score: bool = True) -> None:
             """Ingest and (as the consumer's dispatch does) score the events' users."""
             EventProducer(redis_client, settings).send_many(events)
@@ -224,6 +226,78 @@ def test_repeated_statement_reinforces_instead_of_duplicating(
     assert len(again) == 1
     assert again[0].importance > first[0].importance
     assert len(again[0].source_turn_ids) == 2
+
+
+def test_a_one_sentence_turn_costs_one_model_call_for_novelty_and_memory(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    said = f"I prefer aisle seats on the {tenant} charter flights."
+    pipeline.cached.reset_stats()
+    pipeline.ingest([say(tenant, "fay", 0, said)])
+    assert pipeline.cached.misses == 1  # novelty embedded the turn
+    pipeline.run(extraction.claim(settings, tenant, {"fay": "idle"}))
+    assert pipeline.cached.misses == 1  # the memory reused that vector
+
+    with unit_of_work(tenant) as session:
+        content, original, stored = session.execute(
+            text("SELECT content, original, embedding::text FROM semantic.memories")
+        ).one()
+    assert content.startswith("Fay prefers aisle seats") and original == said
+    vector = [float(x) for x in stored.strip("[]").split(",")]
+    expected = pipeline.cached.embed([said])[0]
+    assert sum(a * b for a, b in zip(vector, expected, strict=True)) > 0.9999
+
+
+def test_batches_of_one_user_stored_together_neither_deadlock_nor_duplicate(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    facts = [
+        f"The {name} service runs on {tenant} cluster {n}."
+        for n, name in enumerate(
+            ["billing", "search", "ingest", "auth", "email", "maps", "chat", "media"]
+        )
+    ]
+    # Four batches with the same eight sentences, each in another order: stored at once,
+    # their inserts of the same texts cross, which deadlocked before stores took the user lock.
+    turns = [facts[(n + shift) % 8] for shift in (0, 3, 5, 6) for n in range(8)]
+    pipeline.ingest([say(tenant, "gus", n, line) for n, line in enumerate(turns)])
+    small = settings.model_copy(update={"extract_max_batch_turns": 8})
+    refs = extraction.claim(small, tenant, {"gus": "turns"})
+    while more := extraction.claim(small, tenant, {"gus": "turns"}):
+        refs += more
+    assert len(refs) == 4
+    extraction.extract(settings, get_extractor(settings), refs)
+    extraction.embed(settings, pipeline.cached, refs)
+
+    reports: list[extraction.StepReport] = []
+    start = threading.Barrier(len(refs))
+
+    def store(ref: extraction.BatchRef) -> None:
+        start.wait()
+        reports.append(extraction.store(settings, pipeline.cached, [ref]))
+
+    threads = [threading.Thread(target=store, args=(ref,)) for ref in refs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sum(r.failed for r in reports) == 0 and sum(r.done for r in reports) == 4
+    memories = _memories(tenant)
+    assert sorted(m.content for m in memories) == sorted(facts)
+    assert all(len(m.source_turn_ids) == 4 for m in memories)
+
+
+def test_statements_that_differ_in_a_number_stay_two_memories(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    said = "Remind me to send Bruno the offsite budget of {} euros by Friday."
+    for n, amount in enumerate(("4372", "20092")):
+        pipeline.ingest([say(tenant, "hal", n, said.format(amount))])
+        pipeline.run(extraction.claim(settings, tenant, {"hal": "idle"}))
+    todos = sorted(m.content for m in _memories(tenant) if m.kind == "todo")
+    assert len(todos) == 2
+    assert "20092 euros" in todos[0] and "4372 euros" in todos[1]
 
 
 def test_changed_preference_supersedes_the_old_one(

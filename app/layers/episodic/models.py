@@ -88,6 +88,11 @@ class Turn(Base):
             "occurred_at",
             postgresql_where=text("salience IS NULL"),
         ),
+        Index(
+            "ix_turns_extraction_batch",
+            "extraction_batch_id",
+            postgresql_where=text("extraction_batch_id IS NOT NULL"),
+        ),
         {"schema": "episodic"},
     )
 

@@ -294,25 +294,41 @@ def claim_turns(
     `FOR UPDATE SKIP LOCKED` plus the `IS NULL` re-check make racing triggers claim disjoint
     sets: a turn is extracted exactly once however many triggers fire together.
     """
+    # Lock first, then update by primary key: as one `UPDATE … WHERE id IN (subquery)` a
+    # generic plan cached while the table was small re-ran the locking subquery once per
+    # unclaimed turn of the tenant (seconds per claim by the end of a large ingest).
+    picked = [
+        r[0]
+        for r in session.execute(
+            text(
+                "SELECT id FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
+                " AND extraction_batch_id IS NULL AND salience IS NOT NULL"
+                " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
+            ),
+            {"tenant": tenant_id, "user": user_id, "limit": limit},
+        )
+    ]
+    if not picked:
+        return []
     rows = session.execute(
         text(
-            "UPDATE episodic.turns SET extraction_batch_id = :batch WHERE id IN ("
-            " SELECT id FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
-            " AND extraction_batch_id IS NULL AND salience IS NOT NULL"
-            " ORDER BY occurred_at, id LIMIT :limit"
-            " FOR UPDATE SKIP LOCKED) AND extraction_batch_id IS NULL RETURNING id"
+            "UPDATE episodic.turns SET extraction_batch_id = :batch"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) AND extraction_batch_id IS NULL RETURNING id"
         ),
-        {"batch": batch_id, "tenant": tenant_id, "user": user_id, "limit": limit},
+        {"batch": batch_id, "ids": picked},
     )
     return [r[0] for r in rows]
 
 
 def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
+    """The turns of an extraction batch, oldest first, with their salience parts."""
     return list(
         session.execute(
             text(
                 "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
-                " occurred_at FROM episodic.turns WHERE extraction_batch_id = :batch"
+                " occurred_at, coalesce(emotional_intensity, 0) AS emotional_intensity,"
+                " coalesce(salience, 0) AS salience"
+                " FROM episodic.turns WHERE extraction_batch_id = :batch"
                 " ORDER BY occurred_at, id"
             ),
             {"batch": batch_id},
@@ -351,18 +367,6 @@ def lock_unscored(
             {"tenant": tenant_id, "users": list(user_ids), "limit": limit},
         )
     )
-
-
-def batch_salience(*, session: DbSession, batch_id: uuid.UUID) -> dict[str, tuple[float, float]]:
-    """turn id → (emotional intensity, salience) for the turns of an extraction batch."""
-    rows = session.execute(
-        text(
-            "SELECT id, coalesce(emotional_intensity, 0), coalesce(salience, 0)"
-            " FROM episodic.turns WHERE extraction_batch_id = :batch"
-        ),
-        {"batch": batch_id},
-    )
-    return {str(r[0]): (float(r[1]), float(r[2])) for r in rows}
 
 
 def users_with_unscored(

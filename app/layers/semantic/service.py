@@ -7,6 +7,7 @@ current memories per subject) and written with three statements, in the caller's
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,18 @@ from app.layers.semantic import repository
 def content_hash(content: str) -> str:
     """Exact-duplicate key: case and whitespace do not make a new memory."""
     return hashlib.sha256(" ".join(content.lower().split()).encode()).hexdigest()
+
+
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+
+
+def same_numbers(a: str, b: str) -> bool:
+    """Whether two texts state the same numbers (amounts, counts, dates, versions).
+
+    The embedding barely tells "a budget of 4,372 euros" from "a budget of 20,092 euros"
+    (cosine ≥ 0.95 here), yet they are different memories: a near-duplicate must also agree
+    on every number, or reinforcing would keep the first figure and lose the second."""
+    return sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b))
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -61,7 +74,13 @@ def store_gems(
     pending: list[_Pending] = []
     for gem, vector in zip(gems, vectors, strict=True):
         twin = next(
-            (p for p in pending if _cosine(p.vector, vector) >= settings.dedup_cosine), None
+            (
+                p
+                for p in pending
+                if _cosine(p.vector, vector) >= settings.dedup_cosine
+                and same_numbers(p.gem.content, gem.content)
+            ),
+            None,
         )
         if twin is not None:
             twin.sources.extend(s for s in gem.source_turn_ids if s not in twin.sources)
@@ -96,9 +115,10 @@ def store_gems(
         match = next(
             (
                 memory_id
-                for memory_id, cosine, trigram, subject, value in neighbours
+                for memory_id, cosine, trigram, subject, value, content in neighbours
                 if cosine >= settings.dedup_cosine
                 and trigram >= settings.dedup_trigram
+                and same_numbers(content, gem.content)
                 and (not gem.subject or subject != gem.subject or value == gem.value)
             ),
             same_value[0].id if same_value else None,

@@ -1,0 +1,30 @@
+"""Near-duplicates must agree on their numbers (app/layers/semantic/service.same_numbers)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.layers.semantic.service import same_numbers
+
+
+def test_a_changed_amount_or_date_is_another_memory() -> None:
+    a = "Remind Ana to send Bruno the offsite budget of 4,372 euros by 2026-02-06."
+    assert not same_numbers(a, a.replace("4,372", "20,092"))
+    assert not same_numbers(a, a.replace("2026-02-06", "2026-02-13"))
+    assert same_numbers(a, a.replace("Remind Ana", "Ana wants a reminder"))
+
+
+def test_texts_without_numbers_agree() -> None:
+    assert same_numbers("We use Terraform.", "We decided to use Terraform!")
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), min_size=1, max_size=6), st.data())
+def test_order_does_not_matter_but_every_number_does(numbers: list[int], data) -> None:  # type: ignore[no-untyped-def]
+    text = " and ".join(f"item {n}" for n in numbers)
+    shuffled = data.draw(st.permutations(numbers))
+    assert same_numbers(text, " then ".join(f"thing {n}" for n in shuffled))
+    index = data.draw(st.integers(min_value=0, max_value=len(numbers) - 1))
+    changed = list(numbers)
+    changed[index] += 1
+    assert not same_numbers(text, " and ".join(f"item {n}" for n in changed))
