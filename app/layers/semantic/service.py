@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from app.config import Settings
@@ -37,8 +38,11 @@ def same_numbers(a: str, b: str) -> bool:
     return sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b))
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    return float(sum(x * y for x, y in zip(a, b, strict=True)))  # vectors are unit length
+def _cosines(vectors: Sequence[Sequence[float]]) -> np.ndarray:
+    if not vectors:
+        return np.zeros((0, 0), dtype=np.float32)
+    matrix = np.asarray(vectors, dtype=np.float32)
+    return matrix @ matrix.T
 
 
 @dataclass
@@ -53,6 +57,7 @@ class _Pending:
     gem: Gem
     vector: Sequence[float]
     sources: list[str]
+    row: int  # its position in the batch's similarity matrix
 
 
 def store_gems(
@@ -71,21 +76,23 @@ def store_gems(
 ) -> StoredGems:
     stored = StoredGems()
     # 1. Within the batch: a gem close to an earlier one only adds its sources to it.
+    # All pairwise cosines in one product (vectors are unit length): the pure-Python pair loop
+    # was 14 % of a store worker's time at ~30 gems per batch.
+    similar = _cosines(vectors) >= settings.dedup_cosine
     pending: list[_Pending] = []
-    for gem, vector in zip(gems, vectors, strict=True):
+    for row, (gem, vector) in enumerate(zip(gems, vectors, strict=True)):
         twin = next(
             (
                 p
                 for p in pending
-                if _cosine(p.vector, vector) >= settings.dedup_cosine
-                and same_numbers(p.gem.content, gem.content)
+                if similar[p.row, row] and same_numbers(p.gem.content, gem.content)
             ),
             None,
         )
         if twin is not None:
             twin.sources.extend(s for s in gem.source_turn_ids if s not in twin.sources)
             continue
-        pending.append(_Pending(gem, vector, list(gem.source_turn_ids)))
+        pending.append(_Pending(gem, vector, list(gem.source_turn_ids), row))
 
     # 2. Against stored memories: near-duplicates reinforce; same subject+value reinforces.
     nearest = repository.nearest_per_vector(
