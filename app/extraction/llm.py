@@ -184,6 +184,10 @@ class LLMExtractor:
         if subject is None:
             value = None
         original = item.get("original")
+        said = " ".join(original.split()) if isinstance(original, str) else ""
+        # Like the offline extractor's sentence gems, embedded from the sentence as said, but
+        # only when the cited turns really contain it (a model can paraphrase its "original").
+        verbatim = said if said and any(said in " ".join(t.content.split()) for t in cited) else ""
         source_text, truncated = clean_turn(first.content, self.max_chars)
         metadata: dict[str, object] = {
             "extractor": self.name,
@@ -207,6 +211,7 @@ class LLMExtractor:
             subject=subject.lower() if subject else None,
             value=value.lower() if value else None,
             metadata=metadata,
+            embed_text=verbatim,
         )
 
 

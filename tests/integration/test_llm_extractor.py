@@ -60,6 +60,8 @@ class FakeChat:
                     self.reply(200, completion("```json\n" + json.dumps(good_gems(body)) + "\n```"))
                 elif action == "unknown_ids":
                     self.reply(200, completion(json.dumps(mixed_gems(body))))
+                elif action == "originals":
+                    self.reply(200, completion(json.dumps(gems_with_originals(body))))
                 else:
                     self.reply(200, completion(json.dumps(good_gems(body))))
 
@@ -99,6 +101,16 @@ def good_gems(body: dict[str, Any]) -> dict[str, Any]:
                 "subject": "Alice|prefers|seat",
                 "value": "aisle",
             }
+        ]
+    }
+
+
+def gems_with_originals(body: dict[str, Any]) -> dict[str, Any]:
+    base = good_gems(body)["gems"][0]
+    return {
+        "gems": [
+            {**base, "original": "I prefer aisle seats."},
+            {**base, "content": "Alice likes the aisle.", "original": "I like the aisle."},
         ]
     }
 
@@ -161,6 +173,7 @@ def test_good_json_becomes_validated_gems(chat: FakeChat) -> None:
     assert gem.topics == ["seats", "flights"]
     assert (gem.subject, gem.value) == ("alice|prefers|seat", "aisle")
     assert gem.original == "I prefer aisle seats."
+    assert gem.embed_text == ""  # no sentence given: embedded from its content
     assert gem.metadata["extractor"] == "llm:fake-chat"
     assert gem.metadata["speaker"] == "Alice"
     (request,) = chat.requests
@@ -180,6 +193,15 @@ def test_good_json_becomes_validated_gems(chat: FakeChat) -> None:
             "content": "Morning! Planning the Lisbon offsite.",
         }
     ]
+
+
+def test_a_verbatim_source_sentence_is_what_the_gem_is_embedded_from(chat: FakeChat) -> None:
+    chat.script = ["originals"]
+    verbatim, paraphrased = extractor(chat).extract(batch=BATCH, context=CONTEXT)
+    assert verbatim.embed_text == "I prefer aisle seats."
+    # An "original" the cited turns do not contain is kept as said but not trusted as the
+    # memory's words: the vector comes from the content.
+    assert paraphrased.original == "I like the aisle." and paraphrased.embed_text == ""
 
 
 def test_fenced_json_is_accepted(chat: FakeChat) -> None:
