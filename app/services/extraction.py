@@ -258,13 +258,13 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         try:
             batch_id = uuid.UUID(ref[1])
             with unit_of_work(ref[0]) as session:
-                seen = semantic.get_batch(session=session, batch_id=batch_id)
-                if seen is not None:
+                owner = semantic.batch_user(session=session, batch_id=batch_id)
+                if owner is not None:
                     # One store per user at a time, under the lock ingest and forget take
                     # (taken before the batch row, in their order): two batches of a user
                     # stored together each missed the other's near-duplicates, and their
                     # inserts of the same texts deadlocked on the unique index.
-                    episodic.lock_users(session=session, keys=[user_lock_key(ref[0], seen.user_id)])
+                    episodic.lock_users(session=session, keys=[user_lock_key(ref[0], owner)])
                 batch = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
                 if batch is None or batch.state not in ("extracted", "embedded"):
                     skipped += 1

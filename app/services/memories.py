@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
-from app.extraction.base import Gem
+from app.extraction.base import Gem, embedding_text
 from app.layers.conceptual.service import record_entities
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
@@ -88,7 +88,7 @@ def remember(
     """Store the memories (each result in request order: a new row, or the one it repeats)."""
     now = datetime.now(UTC)
     gems = [_gem(item, now) for item in request.memories]
-    vectors = embedder.embed([g.content for g in gems])
+    vectors = embedder.embed([embedding_text(g) for g in gems])
     batch_id = uuid.uuid4()
     with unit_of_work(tenant_id) as session:
         stored = store_gems(

@@ -52,6 +52,13 @@ def get_batch(*, session: Session, batch_id: uuid.UUID, lock: bool = False) -> A
     return session.execute(text(query), {"id": batch_id}).first()
 
 
+def batch_user(*, session: Session, batch_id: uuid.UUID) -> str | None:
+    """Whose batch this is (None when it is gone), without reading its gems."""
+    return session.execute(
+        text("SELECT user_id FROM semantic.extraction_batches WHERE id = :id"), {"id": batch_id}
+    ).scalar_one_or_none()
+
+
 def advance_batch(
     *,
     session: Session,
