@@ -18,16 +18,25 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     # Extract and store each read a batch's turns by batch id; without this index each read
-    # was a scan of the whole turns table, once per batch of five turns.
-    op.create_index(
-        "ix_turns_extraction_batch",
-        "turns",
-        ["extraction_batch_id"],
-        unique=False,
-        schema="episodic",
-        postgresql_where=sa.text("extraction_batch_id IS NOT NULL"),
-    )
+    # was a scan of the whole turns table, two or three times per batch. Built concurrently:
+    # a plain CREATE INDEX would block ingest's inserts for as long as the build takes.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_turns_extraction_batch",
+            "turns",
+            ["extraction_batch_id"],
+            unique=False,
+            schema="episodic",
+            postgresql_where=sa.text("extraction_batch_id IS NOT NULL"),
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_turns_extraction_batch", table_name="turns", schema="episodic")
+    with op.get_context().autocommit_block():
+        op.drop_index(
+            "ix_turns_extraction_batch",
+            table_name="turns",
+            schema="episodic",
+            postgresql_concurrently=True,
+        )

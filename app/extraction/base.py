@@ -59,10 +59,11 @@ class Extractor(Protocol):
 
 def embedding_text(gem: Gem) -> str:
     """What a gem is embedded from: its source sentence where the extractor gave one, else its
-    content. Within one user's memories the resolved names add nothing to tell memories apart
-    (every dense search is filtered to one user), while the sentence as said is the text the
-    turn was already embedded with for novelty: one model call serves both, and novelty then
-    compares like with like (a new turn's words against earlier turns' words)."""
+    content. Dense search is filtered to one user, whose memories mostly carry the same
+    resolved name, so the name adds little to tell them apart; the sentence as said is what
+    its turn was already embedded as for novelty, so one model call serves both and novelty
+    compares like with like. Gems sharing a sentence share a vector: store_gems never takes
+    them for near-duplicates of each other."""
     return gem.embed_text or gem.content
 
 

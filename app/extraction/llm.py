@@ -16,7 +16,9 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from app.config import Settings
@@ -24,7 +26,7 @@ from app.extraction.base import GEM_KINDS, Extractor, Gem, SourceTurn
 from app.extraction.offline import DEFAULT_MAX_CHARS, OfflineExtractor, display_name
 from app.extraction.prompt import GEM_SCHEMA, build_messages
 from app.extraction.salience import summarize
-from app.extraction.sentences import clean_turn
+from app.extraction.sentences import clean_turn, split_sentences
 from app.http_json import (
     InvalidJSONReply,
     RefusedHTTPError,
@@ -160,7 +162,10 @@ class LLMExtractor:
                 _log.info("LLM gem %d dropped: fails validation: %.200r", position, item)
                 continue
             gems.append(gem)
-        return gems
+        # Two gems from one sentence would share its vector and read as near-duplicates:
+        # those are embedded from their contents.
+        shared = Counter(g.embed_text for g in gems if g.embed_text)
+        return [replace(g, embed_text="") if shared[g.embed_text] > 1 else g for g in gems]
 
     def _gem(self, item: Any, turns: dict[str, SourceTurn]) -> Gem | None:
         """A checked Gem, or None when the item breaks a rule (kind, importance, ids, text)."""
@@ -186,8 +191,11 @@ class LLMExtractor:
         original = item.get("original")
         said = " ".join(original.split()) if isinstance(original, str) else ""
         # Like the offline extractor's sentence gems, embedded from the sentence as said, but
-        # only when the cited turns really contain it (a model can paraphrase its "original").
-        verbatim = said if said and any(said in " ".join(t.content.split()) for t in cited) else ""
+        # only when it is a whole sentence of a cited turn (a model can paraphrase its
+        # "original", or give a fragment).
+        verbatim = (
+            said if said and any(said in _sentences(t, self.max_chars) for t in cited) else ""
+        )
         source_text, truncated = clean_turn(first.content, self.max_chars)
         metadata: dict[str, object] = {
             "extractor": self.name,
@@ -213,6 +221,10 @@ class LLMExtractor:
             metadata=metadata,
             embed_text=verbatim,
         )
+
+
+def _sentences(turn: SourceTurn, max_chars: int) -> list[str]:
+    return split_sentences(clean_turn(turn.content, max_chars)[0])
 
 
 def parse_reply(reply: Any) -> list[Any]:

@@ -55,6 +55,13 @@ def clean_turn(text: str, max_chars: int) -> tuple[str, bool]:
     return text, truncated
 
 
+def flat_text(text: str, max_chars: int) -> str:
+    """A turn cleaned as extraction cleans it, on one line: the form it is embedded in for
+    novelty, so that a one-sentence turn and the gem taken from it share one vector."""
+    cleaned, _ = clean_turn(text, max_chars)
+    return " ".join(cleaned.split())
+
+
 def looks_like_junk(text: str) -> bool:
     """Binary residue, emoji walls, symbol noise: too few letters or digits to say anything."""
     visible = [c for c in text if not c.isspace()]

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
+from app.extraction.sentences import flat_text
 from app.keys import RedisKeys
 from app.layers.conceptual.repository import known_terms
 from app.layers.episodic import repository as episodic
@@ -126,7 +127,7 @@ def _score(
     # Acknowledgements and small talk ("ok thanks") say nothing new: novelty 0, no embedding
     # (the model is the pipeline's bottleneck, ~130 sentences/s per core here).
     substantive = [t for t in turns if count_tokens(t.content) >= MIN_NOVEL_TOKENS]
-    vectors = embedder.embed([t.content[:EMBED_CHARS] for t in substantive])
+    vectors = embedder.embed([flat_text(t.content, EMBED_CHARS) for t in substantive])
     found = max_similarity_per_vector(
         session=session,
         tenant_id=tenant_id,

@@ -39,6 +39,7 @@ from app.text.tokens import count_tokens
 _log = logging.getLogger(__name__)
 
 BatchRef = tuple[str, str]  # (tenant id, batch id) — what tasks pass around
+STORABLE = ("extracted", "embedded")
 CONTEXT_TURNS = 50
 
 
@@ -231,6 +232,10 @@ def _gems(batch: Any) -> list[Gem]:
     return [gem_from_dict(g) for g in batch.gems]
 
 
+def _vectors(embedder: Embedder, batch: Any) -> list[list[float]]:
+    return embedder.embed([embedding_text(g) for g in _gems(batch)]) if batch.gems else []
+
+
 def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
     """Embed the gems of every extracted batch in one call (the cache keeps the vectors)."""
     ready: list[tuple[BatchRef, list[Gem]]] = []
@@ -247,7 +252,12 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         embedder.embed(texts)
     for ref, _ in ready:
         with unit_of_work(ref[0]) as session:
-            semantic.advance_batch(session=session, batch_id=uuid.UUID(ref[1]), state="embedded")
+            semantic.advance_batch(
+                session=session,
+                batch_id=uuid.UUID(ref[1]),
+                state="embedded",
+                only_from=("extracted",),
+            )
     return StepReport(done=len(ready), skipped=skipped, gems=len(texts))
 
 
@@ -258,19 +268,26 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         try:
             batch_id = uuid.UUID(ref[1])
             with unit_of_work(ref[0]) as session:
-                owner = semantic.batch_user(session=session, batch_id=batch_id)
-                if owner is not None:
-                    # One store per user at a time, under the lock ingest and forget take
-                    # (taken before the batch row, in their order): two batches of a user
-                    # stored together each missed the other's near-duplicates, and their
-                    # inserts of the same texts deadlocked on the unique index.
-                    episodic.lock_users(session=session, keys=[user_lock_key(ref[0], owner)])
+                ahead = semantic.get_batch(session=session, batch_id=batch_id)
+            if ahead is None or ahead.state not in STORABLE:
+                skipped += 1
+                continue
+            # Vectors first, outside the lock below: a cache miss (an expired vector, a slow
+            # remote model) must not hold up ingest for this user's batch-mates.
+            vectors = _vectors(embedder, ahead)
+            with unit_of_work(ref[0]) as session:
+                # One store per user at a time, under the lock ingest and forget take (taken
+                # before the batch row, in their order): two batches of a user stored together
+                # each missed the other's near-duplicates, and their inserts of the same texts
+                # deadlocked on the unique index.
+                episodic.lock_users(session=session, keys=[user_lock_key(ref[0], ahead.user_id)])
                 batch = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
-                if batch is None or batch.state not in ("extracted", "embedded"):
+                if batch is None or batch.state not in STORABLE:
                     skipped += 1
                     continue
                 found = _gems(batch)
-                vectors = embedder.embed([embedding_text(g) for g in found]) if found else []
+                if batch.gems != ahead.gems:  # extracted anew meanwhile (not expected)
+                    vectors = _vectors(embedder, batch)
                 turns = episodic.batch_turns(session=session, batch_id=batch_id)
                 sessions = {str(r.id): r.session_id for r in turns}
                 channels = {str(r.id): r.channel for r in turns}

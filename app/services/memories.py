@@ -19,10 +19,12 @@ from app.db.session import unit_of_work
 from app.embedding.base import Embedder
 from app.extraction.base import Gem, embedding_text
 from app.layers.conceptual.service import record_entities
+from app.layers.episodic import repository as episodic
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.service import store_gems
+from app.services.ingest import user_lock_key
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableJson, StorableTag, StorableText
 
@@ -91,6 +93,8 @@ def remember(
     vectors = embedder.embed([embedding_text(g) for g in gems])
     batch_id = uuid.uuid4()
     with unit_of_work(tenant_id) as session:
+        # Stores of one user run one at a time, as extraction's do (see extraction.store).
+        episodic.lock_users(session=session, keys=[user_lock_key(tenant_id, request.user_id)])
         stored = store_gems(
             session=session,
             settings=settings,

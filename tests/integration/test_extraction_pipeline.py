@@ -16,6 +16,7 @@ from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.extraction.factory import get_extractor
 from app.layers.episodic import repository as episodic
+from app.layers.semantic import repository as semantic
 from app.layers.working.store import WorkingMemoryStore
 from app.services import extraction
 from app.services.attention import score_users
@@ -298,6 +299,24 @@ def test_statements_that_differ_in_a_number_stay_two_memories(
     todos = sorted(m.content for m in _memories(tenant) if m.kind == "todo")
     assert len(todos) == 2
     assert "20092 euros" in todos[0] and "4372 euros" in todos[1]
+
+
+def test_a_late_duplicate_embed_step_never_moves_a_stored_batch_back(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    pipeline.ingest([say(tenant, "ivy", 0, "We decided to archive the 2019 invoices.")])
+    refs = extraction.claim(settings, tenant, {"ivy": "idle"})
+    pipeline.run(refs)
+    batch_id = uuid.UUID(refs[0][1])
+    # What a redelivered embed step that read the batch before the store does next:
+    with unit_of_work(tenant) as session:
+        semantic.advance_batch(
+            session=session, batch_id=batch_id, state="embedded", only_from=("extracted",)
+        )
+    with unit_of_work(tenant) as session:
+        assert semantic.get_batch(session=session, batch_id=batch_id).state == "stored"
+    pipeline.run(refs)  # and a redelivered chain still changes nothing
+    assert len(_memories(tenant)) == 1
 
 
 def test_changed_preference_supersedes_the_old_one(

@@ -62,6 +62,8 @@ class FakeChat:
                     self.reply(200, completion(json.dumps(mixed_gems(body))))
                 elif action == "originals":
                     self.reply(200, completion(json.dumps(gems_with_originals(body))))
+                elif action == "one_sentence_two_gems":
+                    self.reply(200, completion(json.dumps(two_gems_one_sentence(body))))
                 else:
                     self.reply(200, completion(json.dumps(good_gems(body))))
 
@@ -111,6 +113,17 @@ def gems_with_originals(body: dict[str, Any]) -> dict[str, Any]:
         "gems": [
             {**base, "original": "I prefer aisle seats."},
             {**base, "content": "Alice likes the aisle.", "original": "I like the aisle."},
+        ]
+    }
+
+
+def two_gems_one_sentence(body: dict[str, Any]) -> dict[str, Any]:
+    base = good_gems(body)["gems"][0]
+    return {
+        "gems": [
+            {**base, "original": "I prefer aisle seats."},
+            {**base, "content": "Alice flies often.", "original": "I prefer aisle seats."},
+            {**base, "content": "Alice likes aisles.", "original": "aisle"},
         ]
     }
 
@@ -202,6 +215,19 @@ def test_a_verbatim_source_sentence_is_what_the_gem_is_embedded_from(chat: FakeC
     # An "original" the cited turns do not contain is kept as said but not trusted as the
     # memory's words: the vector comes from the content.
     assert paraphrased.original == "I like the aisle." and paraphrased.embed_text == ""
+
+
+def test_gems_sharing_a_sentence_or_citing_a_fragment_are_embedded_from_content(
+    chat: FakeChat,
+) -> None:
+    chat.script = ["one_sentence_two_gems"]
+    gems = extractor(chat).extract(batch=BATCH, context=CONTEXT)
+    assert [g.content for g in gems] == [
+        "Alice prefers aisle seats.",
+        "Alice flies often.",
+        "Alice likes aisles.",
+    ]
+    assert [g.embed_text for g in gems] == ["", "", ""]
 
 
 def test_fenced_json_is_accepted(chat: FakeChat) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,6 +14,23 @@ def test_a_changed_amount_or_date_is_another_memory() -> None:
     assert not same_numbers(a, a.replace("4,372", "20,092"))
     assert not same_numbers(a, a.replace("2026-02-06", "2026-02-13"))
     assert same_numbers(a, a.replace("Remind Ana", "Ana wants a reminder"))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("a budget of 1,800 euros", "a budget of 1800 euros", True),
+        ("rooms 1,2,3", "rooms 1, 2, 3", True),
+        ("\u22125 degrees", "-5 degrees", True),
+        ("-5 degrees", "5 degrees", False),
+        ("COVID-19 rules", "COVID 19 rules", True),
+        ("release v2", "release v3", False),
+        ("3.5 hours", "3.50 hours", False),
+        ("ideally row 5.", "ideally row 5", True),
+    ],
+)
+def test_number_forms(a: str, b: str, same: bool) -> None:
+    assert same_numbers(a, b) is same
 
 
 def test_texts_without_numbers_agree() -> None:

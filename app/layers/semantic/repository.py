@@ -52,13 +52,6 @@ def get_batch(*, session: Session, batch_id: uuid.UUID, lock: bool = False) -> A
     return session.execute(text(query), {"id": batch_id}).first()
 
 
-def batch_user(*, session: Session, batch_id: uuid.UUID) -> str | None:
-    """Whose batch this is (None when it is gone), without reading its gems."""
-    return session.execute(
-        text("SELECT user_id FROM semantic.extraction_batches WHERE id = :id"), {"id": batch_id}
-    ).scalar_one_or_none()
-
-
 def advance_batch(
     *,
     session: Session,
@@ -66,15 +59,22 @@ def advance_batch(
     state: str,
     gems: list[dict[str, Any]] | None = None,
     error: str | None = None,
+    only_from: Sequence[str] | None = None,
 ) -> None:
-    """Move a batch to `state` (and store its gems or its error)."""
+    """Move a batch to `state` (and store its gems or its error); with `only_from`, only a
+    batch still in one of those states moves (a late duplicate step must not move a stored
+    batch back)."""
     params: dict[str, Any] = {"id": batch_id, "state": state, "error": error}
     sets = "state = :state, error = :error, updated_at = now()"
     if gems is not None:
         sets += ", gems = CAST(:gems AS jsonb), gem_count = :count"
         params.update(gems=json.dumps(gems, default=str), count=len(gems))
+    where = "id = :id"
+    if only_from is not None:
+        where += " AND state = ANY(:only_from)"
+        params["only_from"] = list(only_from)
     session.execute(
-        text(f"UPDATE semantic.extraction_batches SET {sets} WHERE id = :id"),  # noqa: S608
+        text(f"UPDATE semantic.extraction_batches SET {sets} WHERE {where}"),  # noqa: S608
         params,
     )
 

@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.extraction.base import Gem
+from app.extraction.base import Gem, embedding_text
 from app.layers.semantic import repository
 
 
@@ -26,7 +26,19 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(" ".join(content.lower().split()).encode()).hexdigest()
 
 
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+# A number: an optional sign (not a hyphen inside a word, as in "COVID-19"), digits, and
+# digit groups joined by . , : / - (decimals, thousands, times, dates, ranges).
+_NUMBER = re.compile(r"(?:(?<![\w.])[-\u2212])?\d+(?:[.,:/-]\d+)*")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers a text states, normalised ("1,800" = "1800", "1,2,3" = "1, 2, 3"), sorted."""
+    found: list[str] = []
+    for match in _NUMBER.finditer(text):
+        token = _THOUSANDS.sub("", match.group(0).replace("\u2212", "-"))
+        found += token.split(",")
+    return sorted(found)
 
 
 def same_numbers(a: str, b: str) -> bool:
@@ -34,8 +46,9 @@ def same_numbers(a: str, b: str) -> bool:
 
     The embedding barely tells "a budget of 4,372 euros" from "a budget of 20,092 euros"
     (cosine ≥ 0.95 here), yet they are different memories: a near-duplicate must also agree
-    on every number, or reinforcing would keep the first figure and lose the second."""
-    return sorted(_NUMBER.findall(a)) == sorted(_NUMBER.findall(b))
+    on every number, or reinforcing would keep the first figure and lose the second. Numbers
+    written as words ("twelve") are not compared."""
+    return numbers_in(a) == numbers_in(b)
 
 
 def _cosines(vectors: Sequence[Sequence[float]]) -> np.ndarray:
@@ -85,7 +98,11 @@ def store_gems(
             (
                 p
                 for p in pending
-                if similar[p.row, row] and same_numbers(p.gem.content, gem.content)
+                if similar[p.row, row]
+                and same_numbers(p.gem.content, gem.content)
+                # One sentence said twice (by two speakers) gives one vector but two memories;
+                # the very same content meets its twin by content hash below.
+                and embedding_text(p.gem) != embedding_text(gem)
             ),
             None,
         )
@@ -126,7 +143,8 @@ def store_gems(
                 if cosine >= settings.dedup_cosine
                 and trigram >= settings.dedup_trigram
                 and same_numbers(content, gem.content)
-                and (not gem.subject or subject != gem.subject or value == gem.value)
+                # Memories about two different subjects are never one memory, however alike.
+                and (not gem.subject or not subject or (subject, value) == (gem.subject, gem.value))
             ),
             same_value[0].id if same_value else None,
         )
