@@ -153,9 +153,10 @@ def main() -> int:
         # Leftovers under the N-turn trigger are extracted by the idle trigger: make it fire
         # two seconds after the last turn instead of fifteen minutes.
         "ENGRAM_EXTRACT_IDLE_S": "2",
-        # A batch that failed (a deadlock victim, say) is retried by beat after ten minutes;
-        # here after five seconds, so a retry shows in the time instead of stalling the run.
-        "ENGRAM_EXTRACT_RETRY_AFTER_S": "5",
+        # A batch that failed is retried by beat after ten minutes; here after thirty seconds,
+        # so a retry shows in the time instead of stalling the run (sooner would re-send
+        # batches that are merely queued behind the scoring tasks).
+        "ENGRAM_EXTRACT_RETRY_AFTER_S": "30",
     }
     # The prefix separates Engram's own keys; Celery's queues are the broker's usual ones.
     logs = [
