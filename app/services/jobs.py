@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
@@ -150,3 +151,16 @@ def each_tenant(
     if failure is not None:
         raise failure
     return total
+
+
+def drain(
+    settings: Settings, tenant_id: str, run: JobRun, batch: int, delete: Callable[[Session], int]
+) -> None:
+    """Repeat `delete` (at most `batch` rows, one transaction each) until it takes fewer:
+    bulk deletes never hold one long transaction, and each batch counts in the run."""
+    while True:
+        with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
+            deleted = delete(session)
+        run.rows += deleted
+        if deleted < batch:
+            return

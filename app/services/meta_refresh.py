@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.layers.meta import maintenance
-from app.services.jobs import ALL_TENANTS, JobRun, each_tenant, run_job
+from app.services.jobs import ALL_TENANTS, JobRun, drain, each_tenant, run_job
 
 _log = logging.getLogger(__name__)
 
@@ -79,14 +79,15 @@ def prune_access_patterns(
 
     def prune(tenant_id: str, run: JobRun) -> None:
         run.detail["before"] = before.isoformat()
-        while True:
-            with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
-                deleted = maintenance.prune_access_patterns(
-                    session=session, tenant_id=tenant_id, before=before, limit=batch
-                )
-            run.rows += deleted
-            if deleted < batch:
-                return
+        drain(
+            settings,
+            tenant_id,
+            run,
+            batch,
+            lambda session: maintenance.prune_access_patterns(
+                session=session, tenant_id=tenant_id, before=before, limit=batch
+            ),
+        )
 
     return each_tenant(PRUNE_JOB, settings, now, prune)
 

@@ -31,7 +31,7 @@ from app.extraction.sentences import clean_turn, looks_like_junk, split_segments
 from app.layers.episodic import retention as repository
 from app.layers.episodic.service import close_idle_sessions
 from app.layers.working.summary import first_sentence
-from app.services.jobs import JobRun, each_tenant
+from app.services.jobs import JobRun, drain, each_tenant
 from app.text.injection import instruction_flags
 
 _log = logging.getLogger(__name__)
@@ -194,13 +194,14 @@ def apply_event_retention(
 
     def expire(tenant_id: str, run: JobRun) -> None:
         run.detail["before"] = before.isoformat()
-        while True:
-            with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
-                deleted = repository.delete_events_before(
-                    session=session, tenant_id=tenant_id, before=before, limit=batch
-                )
-            run.rows += deleted
-            if deleted < batch:
-                return
+        drain(
+            settings,
+            tenant_id,
+            run,
+            batch,
+            lambda session: repository.delete_events_before(
+                session=session, tenant_id=tenant_id, before=before, limit=batch
+            ),
+        )
 
     return each_tenant(RETENTION_JOB, settings, now, expire)
