@@ -285,9 +285,7 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                 if batch is None or batch.state not in STORABLE:
                     skipped += 1
                     continue
-                found = _gems(batch)
-                if batch.gems != ahead.gems:  # extracted anew meanwhile (not expected)
-                    vectors = _vectors(embedder, batch)
+                found = _gems(batch)  # as read ahead: a batch past 'claimed' keeps its gems
                 turns = episodic.batch_turns(session=session, batch_id=batch_id)
                 sessions = {str(r.id): r.session_id for r in turns}
                 channels = {str(r.id): r.channel for r in turns}
