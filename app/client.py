@@ -44,6 +44,8 @@ __all__ = [
     "Entity",
     "EntityGraph",
     "EventsAccepted",
+    "ExtractionFlush",
+    "ExtractionStatus",
     "ForgetReport",
     "GraphEdge",
     "Health",
@@ -144,10 +146,22 @@ Receipt = EventsAccepted
 
 
 @dataclass(frozen=True)
-class SearchHit:
-    """A memory (`layer == "memory"`) or a raw turn no memory covers yet (`layer == "turn"`).
+class AttachedMemory:
+    """A memory extracted from a turn hit that helped find it."""
 
-    `parts` are the score's ingredients (dense, lexical, turn, fused, prior, ...);
+    id: uuid.UUID
+    kind: str
+    content: str
+    importance: float
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A source turn (`layer == "turn"`, with the memories extracted from it in `memories`)
+    or a memory (`layer == "memory"`: with `unit="memories"`, or one that cites no turn).
+
+    `parts` are the score's ingredients (turn_lexical, memory_dense, fused, prior, ...);
     `source_turn_ids` are the producer's `external_id`s the hit came from."""
 
     id: uuid.UUID
@@ -169,6 +183,7 @@ class SearchHit:
     role: str | None = None
     speaker: str | None = None
     event_ids: list[str] = field(default_factory=list)  # the same turns, as event ids
+    memories: list[AttachedMemory] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -177,6 +192,8 @@ class SearchResults:
     fusion: str
     took_ms: float
     warnings: list[str] = field(default_factory=list)
+    unit: str = "turns"
+    time_window: dict[str, Any] | None = None  # the time the query named, when it named one
 
 
 @dataclass(frozen=True)
@@ -333,6 +350,51 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class ExtractionStatus:
+    """How far extraction got with what was sent for a user.
+
+    `ingest_pending`: events of the user's stream partition not ingested yet (other users'
+    included); `unscored`: turns awaiting salience; `unclaimed`: scored turns in no batch yet;
+    `in_flight_batches`: batches not stored yet (`retrying_batches` of them after a failed
+    attempt); `failed_batches`: parked after their last attempt. `caught_up`: nothing left at
+    any of those stops but failed batches; `waiting_for_idle`: only fewer than
+    `extract_after_turns` unclaimed turns are left, which a flush extracts now."""
+
+    user_id: str
+    turns: int
+    unscored: int
+    unclaimed: int
+    in_flight_batches: int
+    failed_batches: int
+    ingest_pending: int
+    caught_up: bool
+    waiting_for_idle: bool = False
+    retrying_batches: int = 0
+    extract_after_turns: int | None = None
+
+    @property
+    def pending(self) -> list[str]:
+        """What is still on its way, in words (empty when caught up)."""
+        parts = [
+            (self.ingest_pending, "event(s) pending ingest"),
+            (self.unscored, "unscored turn(s)"),
+            (self.unclaimed, "unclaimed turn(s)"),
+            (self.in_flight_batches, "batch(es) in flight"),
+            (self.retrying_batches, "of them retrying after a failure"),
+        ]
+        return [f"{n} {what}" for n, what in parts if n]
+
+
+@dataclass(frozen=True)
+class ExtractionFlush:
+    """What a flush claimed: `batches` (0 or 1) holding `turns`, extracted in the background."""
+
+    user_id: str
+    batches: int
+    turns: int
+
+
+@dataclass(frozen=True)
 class Health:
     """`status` is "ok" or "degraded"; `checks` says which dependency failed."""
 
@@ -385,6 +447,16 @@ def _hit(raw: Mapping[str, Any]) -> SearchHit:
         role=raw.get("role"),
         speaker=raw.get("speaker"),
         event_ids=[str(s) for s in raw.get("event_ids") or []],
+        memories=[
+            AttachedMemory(
+                id=_id(m["id"]),
+                kind=m["kind"],
+                content=m["content"],
+                importance=float(m["importance"]),
+                tags=list(m.get("tags") or []),
+            )
+            for m in raw.get("memories") or []
+        ],
     )
 
 
@@ -394,6 +466,8 @@ def _search_results(raw: Mapping[str, Any]) -> SearchResults:
         fusion=raw.get("fusion", ""),
         took_ms=float(raw.get("took_ms", 0.0)),
         warnings=list(raw.get("warnings") or []),
+        unit=raw.get("unit", "turns"),
+        time_window=raw.get("time_window"),
     )
 
 
@@ -538,6 +612,29 @@ def _stats(raw: Mapping[str, Any]) -> Stats:
         users=int(raw["users"]),
         current_memories=int(raw["current_memories"]),
         rows={k: int(v) for k, v in (raw.get("rows") or {}).items()},
+    )
+
+
+def _extraction_status(raw: Mapping[str, Any]) -> ExtractionStatus:
+    after = raw.get("extract_after_turns")
+    return ExtractionStatus(
+        user_id=str(raw["user_id"]),
+        turns=int(raw["turns"]),
+        unscored=int(raw["unscored"]),
+        unclaimed=int(raw["unclaimed"]),
+        in_flight_batches=int(raw["in_flight_batches"]),
+        failed_batches=int(raw["failed_batches"]),
+        ingest_pending=int(raw["ingest_pending"]),
+        caught_up=bool(raw["caught_up"]),
+        waiting_for_idle=bool(raw.get("waiting_for_idle", False)),
+        retrying_batches=int(raw.get("retrying_batches") or 0),
+        extract_after_turns=None if after is None else int(after),
+    )
+
+
+def _extraction_flush(raw: Mapping[str, Any]) -> ExtractionFlush:
+    return ExtractionFlush(
+        user_id=str(raw["user_id"]), batches=int(raw["batches"]), turns=int(raw["turns"])
     )
 
 
@@ -843,6 +940,37 @@ class _Core:
         raw = yield from self.call("GET", "/v1/stats")
         return _stats(raw)
 
+    def extraction_status(self, user_id: str) -> _Op[ExtractionStatus]:
+        raw = yield from self.call("GET", f"/v1/users/{quote(user_id, safe='')}/extraction")
+        return _extraction_status(raw)
+
+    def flush_extraction(self, user_id: str) -> _Op[ExtractionFlush]:
+        # Retried like a read: a repeat claims only what the first left unclaimed.
+        path = f"/v1/users/{quote(user_id, safe='')}/extraction/flush"
+        raw = yield from self.call("POST", path)
+        return _extraction_flush(raw)
+
+    def wait_until_extracted(
+        self, user_id: str, timeout: float, interval: float, flush: bool
+    ) -> _Op[ExtractionStatus]:
+        """Poll the extraction status until caught up; see the clients' docstrings."""
+        deadline = time.monotonic() + timeout
+        flushed = False
+        while True:
+            status = yield from self.extraction_status(user_id)
+            if status.caught_up:
+                return status
+            if flush and not flushed and status.waiting_for_idle:
+                # A flush that claimed nothing (the user was at its bound of batches in
+                # flight) did not count: the leftovers still need one.
+                flushed = (yield from self.flush_extraction(user_id)).batches > 0
+            if time.monotonic() + interval > deadline:
+                raise TimeoutError(
+                    f"extraction for user {user_id!r} not caught up after {timeout:g}s: "
+                    + ", ".join(status.pending)
+                )
+            yield _Sleep(interval)
+
     def health(self) -> _Op[Health]:
         # 503 is the answer "degraded" (with the failing checks), not a reason to retry.
         raw = yield from self.call("GET", "/healthz", answers=frozenset({503}))
@@ -1025,12 +1153,15 @@ class EngramClient:
         min_importance: float | None = None,
         include_superseded: bool = False,
         include_turns: bool | None = None,
+        unit: Literal["turns", "memories"] | None = None,
     ) -> SearchResults:
-        """Hybrid search over the user's memories (and raw turns no memory covers yet)."""
+        """Hybrid search: the user's source turns with their memories attached (or memories,
+        with `unit="memories"`)."""
         return self._run(
             self._core.search(
                 user_id,
                 query,
+                unit=unit,
                 limit=limit,
                 channel=channel,
                 tags=list(tags) if tags else None,
@@ -1125,6 +1256,30 @@ class EngramClient:
     def health(self) -> Health:
         """Whether the API reaches its database and Redis (no retry on "degraded")."""
         return self._run(self._core.health())
+
+    def extraction_status(self, user_id: str) -> ExtractionStatus:
+        """How far extraction got with what was sent for the user (see `ExtractionStatus`)."""
+        return self._run(self._core.extraction_status(user_id))
+
+    def flush_extraction(self, user_id: str) -> ExtractionFlush:
+        """Extract the user's scored, unclaimed turns now, however few (fewer than N would
+        wait for the idle timeout). `wait_until_extracted` calls it when it is due."""
+        return self._run(self._core.flush_extraction(user_id))
+
+    def wait_until_extracted(
+        self,
+        user_id: str,
+        *,
+        timeout: float = 120.0,
+        interval: float = 0.5,
+        flush: bool = True,
+    ) -> ExtractionStatus:
+        """Poll until extraction has caught up with everything sent for the user (ingested,
+        scored, claimed, stored); returns that status. With `flush`, once only leftovers
+        below the N-turn trigger remain and nothing else is under way, flushes them (once per
+        call) instead of waiting for the idle timeout: what an agent calls at the end of a
+        conversation. Raises TimeoutError naming what is still pending."""
+        return self._run(self._core.wait_until_extracted(user_id, timeout, interval, flush))
 
     def wait_until_indexed(
         self,
@@ -1250,12 +1405,14 @@ class AsyncEngramClient:
         min_importance: float | None = None,
         include_superseded: bool = False,
         include_turns: bool | None = None,
+        unit: Literal["turns", "memories"] | None = None,
     ) -> SearchResults:
         """See `EngramClient.search`."""
         return await self._run(
             self._core.search(
                 user_id,
                 query,
+                unit=unit,
                 limit=limit,
                 channel=channel,
                 tags=list(tags) if tags else None,
@@ -1351,6 +1508,25 @@ class AsyncEngramClient:
     async def health(self) -> Health:
         """See `EngramClient.health`."""
         return await self._run(self._core.health())
+
+    async def extraction_status(self, user_id: str) -> ExtractionStatus:
+        """See `EngramClient.extraction_status`."""
+        return await self._run(self._core.extraction_status(user_id))
+
+    async def flush_extraction(self, user_id: str) -> ExtractionFlush:
+        """See `EngramClient.flush_extraction`."""
+        return await self._run(self._core.flush_extraction(user_id))
+
+    async def wait_until_extracted(
+        self,
+        user_id: str,
+        *,
+        timeout: float = 120.0,
+        interval: float = 0.5,
+        flush: bool = True,
+    ) -> ExtractionStatus:
+        """See `EngramClient.wait_until_extracted`."""
+        return await self._run(self._core.wait_until_extracted(user_id, timeout, interval, flush))
 
     async def wait_until_indexed(
         self,

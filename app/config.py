@@ -121,19 +121,38 @@ class Settings(BaseSettings):
     )
 
     # Recall (hybrid search, context assembly, prefetch, API).
-    # Weighted beat reciprocal-rank fusion at every weighting tried on the labelled
-    # retrieval benchmark (README, "Recall"), so it is the default; rrf stays selectable.
+    # The unit of evidence is the source turn: turns are ranked by their own words and vector
+    # and by the memories extracted from them (bench/conversations.py measures it on long real
+    # conversations); `memories` ranks memories instead, turns folding into them.
+    search_unit: Literal["turns", "memories"] = Field(
+        default="turns", description="what a search ranks: source turns, or memories"
+    )
+    # Rank fusion: scores of the four legs live on different scales (BM25 over a ceiling sat
+    # near 0.2 where cosine sat near 0.6), so a strong single-leg match was swamped by
+    # weighted scores; ranks cannot be. Weighted stays selectable for the memories unit.
     search_fusion: Literal["rrf", "weighted"] = Field(
-        default="weighted", description="how dense and lexical rankings are fused"
+        default="rrf", description="how the rankings are fused"
     )
     search_rrf_k: int = Field(default=60, ge=1, le=1000)
-    search_weight_dense: float = Field(default=0.5, ge=0, le=1)
-    search_weight_lexical: float = Field(default=0.5, ge=0, le=1)
+    search_rrf_score_power: float = Field(
+        default=0.5, ge=0, le=4, description="turns unit: votes scaled by (score / leg best)^p"
+    )
+    search_weight_dense: float = Field(default=0.5, ge=0, le=4, description="memory vectors")
+    search_weight_lexical: float = Field(default=0.5, ge=0, le=4, description="memory words")
+    search_weight_turn_dense: float = Field(default=1.0, ge=0, le=4, description="turn vectors")
+    search_weight_turn_lexical: float = Field(default=1.5, ge=0, le=4, description="turn words")
+    search_weight_time: float = Field(
+        default=1.0, ge=0, le=4, description="turns inside a time the query names"
+    )
+    search_turns_per_memory: int = Field(
+        default=3, ge=1, le=50, description="source turns a memory hit lends its rank to"
+    )
     search_candidates: int = Field(
-        default=50, ge=10, le=2000, description="candidates per ranking before fusion"
+        default=100, ge=10, le=2000, description="candidates per ranking before fusion"
     )
     search_turns: Literal["uncovered", "always", "never"] = Field(
-        default="uncovered", description="raw L2 turns in results: only where no gem covers them"
+        default="uncovered",
+        description="memories unit: raw L2 turns in results only where no gem covers them",
     )
     search_prior_importance: float = Field(default=0.2, ge=0, le=2)
     search_prior_recency: float = Field(default=0.1, ge=0, le=2)

@@ -1,7 +1,7 @@
 """Extraction entry points. Chained per batch of users, never per turn:
 
     ingest batch committed → score_turns (extract queue) → extract_batches (extract)
-      → embed_batches (embed) → store_batches (extract)
+      → embed_batches (embed) → store_batches (extract) → the user's next batch, if due
 
 Only (tenant, batch id) pairs travel in messages; every step re-reads its batch and checks
 its state, so a redelivered message changes nothing.
@@ -63,9 +63,7 @@ def score_turns(users_by_tenant: dict[str, list[str]]) -> int:
             tenant_id=tenant_id,
             user_ids=users,
         ).scored
-        due = extraction.due_triggers(settings, store, tenant_id, users)
-        if due:
-            run_chain(extraction.claim(settings, tenant_id, due))
+        run_chain(extraction.claim_due(settings, store, tenant_id, users))
     return scored
 
 
@@ -82,7 +80,17 @@ def embed_batches(refs: list[list[str]]) -> int:
 
 @engram_task("engram.extract.store_batches")
 def store_batches(refs: list[list[str]]) -> int:
-    return extraction.store(get_settings(), _embedder(), [(t, b) for t, b in refs]).done
+    """Store, then keep draining: the next batch of each user with N turns still unclaimed
+    (bounded per user, see extraction.claim_batches), and scoring again where unscored turns
+    would hold the drain up."""
+    settings = get_settings()
+    pairs = [(t, b) for t, b in refs]
+    done = extraction.store(settings, _embedder(), pairs).done
+    follow = extraction.drain(settings, pairs)
+    run_chain(follow.batches)
+    if follow.score:
+        score_turns.delay(follow.score)
+    return done
 
 
 @engram_task("engram.extract.sweep_idle")

@@ -7,16 +7,18 @@ import re
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.auth import Tenant
 from app.db.session import unit_of_work
+from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
 from app.layers.semantic import listing
 from app.services import procedures
 from app.services.context import ContextRequest, assemble_context
 from app.services.decay import restore_memories
+from app.services.extraction_status import extraction_status, flush, run_flushed
 from app.services.forget import forget_user
 from app.services.memories import RememberRequest, get_memory, memory_view, remember
 from app.services.search import SearchRequest, search
@@ -254,6 +256,38 @@ def delete_user(
     return {"rows": report.rows, "redis_keys": report.redis_keys, "total": report.total}
 
 
+@router.get("/users/{user_id}/extraction", tags=["users"])
+def extraction_state(user_id: str, tenant: Tenant, request: Request) -> dict[str, Any]:
+    """How far extraction got with what was sent for this user: events still pending ingest
+    (in the user's stream partition, other users' included), turns unscored and unclaimed,
+    batches in flight or failed. `caught_up`: nothing is left at any of those stops;
+    `waiting_for_idle`: only turns below the N-turn trigger are left (see the flush)."""
+    _check_user_id(user_id)
+    state = _state(request)
+    return extraction_status(state.settings, state.redis, tenant, user_id).as_dict()
+
+
+@router.post(
+    "/users/{user_id}/extraction/flush",
+    status_code=status.HTTP_202_ACCEPTED,
+    tags=["users"],
+)
+def flush_extraction(
+    user_id: str, tenant: Tenant, request: Request, background: BackgroundTasks
+) -> dict[str, Any]:
+    """Extract the user's scored, unclaimed turns now, however few: at the end of a
+    conversation, fewer than N would wait for the idle timeout. Claims one batch (none while
+    the user has two in flight) and runs it after the answer; turns still being ingested or
+    scored are not in it (the SDK's wait_until_extracted flushes once they are)."""
+    _check_user_id(user_id)
+    state = _state(request)
+    flushed, refs = flush(state.settings, tenant, user_id)
+    if refs:
+        extractor = get_extractor(state.settings)
+        background.add_task(run_flushed, state.settings, extractor, state.embedder, refs)
+    return dataclasses.asdict(flushed)
+
+
 @router.get("/stats", tags=["operations"])
 def stats(tenant: Tenant) -> dict[str, Any]:
     """Rows per layer for this tenant, and its users."""
@@ -262,3 +296,8 @@ def stats(tenant: Tenant) -> dict[str, Any]:
 
 def _valid_identifier(value: str) -> bool:
     return re.match(IDENTIFIER, value) is not None
+
+
+def _check_user_id(user_id: str) -> None:
+    if not _valid_identifier(user_id):
+        raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})

@@ -42,8 +42,9 @@ class Gem:
     metadata: dict[str, object] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)  # caller's labels, beside the kind
     channel: str | None = None  # where it was said (default: its first source turn's channel)
-    # The text its vector is computed from, when not `content`: the source sentence as said,
-    # from the offline extractor, or from the LLM when the cited turns contain it verbatim.
+    # The text its vector is computed from, when not `content`: the source sentence(s) as
+    # said, from the offline extractor, or from the LLM when the cited turns contain it
+    # verbatim.
     embed_text: str = ""
 
 

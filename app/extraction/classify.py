@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from app.extraction.vocabulary import GREETINGS_AND_ACKS, STOPWORDS, word_set
+from app.extraction.smalltalk import is_request_to_remember, is_small_talk_sentence, stem
+from app.extraction.vocabulary import STOPWORDS, word_set
 
 MIN_SCORE = 2.0
 KIND_PRIORITY = ("decision", "todo", "preference", "goal", "event", "code", "fact")
@@ -66,11 +67,6 @@ _CUES: dict[str, list[tuple[re.Pattern[str], float]]] = {}
 for _kind, _weight, _pattern in _CUE_TABLE:
     _compiled = re.compile(_pattern.replace("'", "['\u2019]"), _I)
     _CUES.setdefault(_kind, []).append((_compiled, _weight))
-_REQUEST_TO_REMEMBER = re.compile(
-    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:remind|remember|note|save|add"
-    r"|book|schedule|keep in mind)\b",
-    _I,
-)
 _ACK_OPENING = re.compile(
     r"^(?:noted|got it|understood|okay|ok|will do|done|gotcha|roger|confirmed)\b"
     r"\s*[:,.!\u2014\u2013-]",
@@ -85,13 +81,29 @@ _META = re.compile(
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
 _NUMBER = re.compile(r"\d")
 _COPULA = re.compile(
-    r"\b(?:is|are|am|was|were|['\u2019]m|['\u2019]re|['\u2019]s|has|have|had)\b", _I
+    r"\b(?:is|are|am|was|were|['\u2019]m|['\u2019]re|['\u2019]s|has|have|had|im|ive|youre"
+    r"|theyre|thats|hes|shes)\b",
+    _I,
+)
+# Verbs hidden in contractions, with or without the apostrophe chat often drops.
+_S_VERB = word_set(
+    "it's that's he's she's there's here's what's who's where's how's let's im ive youre "
+    "theyre thats hes shes whats theres"
+)
+# A yes/no question that still asks to name or choose: "any pets?", "tea or coffee?".
+_INVITES_A_NAME = re.compile(r"\b(?:any|anything|anywhere|anyone|favou?rite|or)\b", _I)
+_WH = ("what", "who", "where", "when", "why", "how", "which")
+_ANSWER_FILLERS = word_set("oh ah um umm uh hmm well so haha lol ahh ohh and but hey wow")
+_YES_NO = word_set(
+    "yes yeah yep yup ya yah yas yea sure absolutely definitely certainly correct right exactly "
+    "indeed totally course no nope nah never not naw"
 )
 _VERBISH = word_set(
     """is are am was were be been being has have had do does did will would can could should
     shall may might must need needs want wants like likes prefer prefers use uses used go goes
     went make makes made get gets got take takes took know knows think thinks said says i we
-    you he she they it this that there"""
+    you he she they it this that there sound sounds look looks seem seems feel feels felt love
+    loves hope hopes guess mean means tell tells"""
 )
 
 
@@ -100,9 +112,9 @@ def content_words(sentence: str) -> list[str]:
 
 
 def is_small_talk(sentence: str, *, role: str) -> bool:
-    """Greetings, thanks, acknowledgements and meta-chat: nothing worth remembering."""
-    words = [m.group().lower().replace("\u2019", "'") for m in _WORD.finditer(sentence)]
-    if not words or all(w in GREETINGS_AND_ACKS for w in words):
+    """Greetings, thanks, acknowledgements, reactions and meta-chat: nothing worth
+    remembering (app/extraction/smalltalk.py)."""
+    if is_small_talk_sentence(sentence):
         return True
     if _META.match(sentence.strip()):
         return True
@@ -126,7 +138,7 @@ def classify(sentence: str, *, role: str) -> str | None:
     text = sentence.strip()
     totals = scores(text)
     if text.endswith("?"):
-        return "todo" if _REQUEST_TO_REMEMBER.search(text) else None
+        return "todo" if is_request_to_remember(text) else None
     best = max(
         (kind for kind, total in totals.items() if total >= MIN_SCORE),
         key=lambda kind: (totals[kind], -KIND_PRIORITY.index(kind)),
@@ -150,8 +162,45 @@ def is_informative(sentence: str) -> bool:
 
 
 def is_fragment(sentence: str) -> bool:
-    """A verbless answer such as "Twelve people, the week of March 9." (≤ 12 words)."""
-    words = [m.group().lower() for m in _WORD.finditer(sentence)]
+    """A verbless answer such as "Twelve people, the week of March 9." (≤ 12 words).
+
+    Contractions count as verbs ("I'm fine", "that's a cat"), so a clause is never taken
+    for a fragment."""
+    words = [m.group().lower().replace("\u2019", "'") for m in _WORD.finditer(sentence)]
     if not words or len(words) > 12 or sentence.strip().endswith("?"):
         return False
-    return not any(w in _VERBISH or w.endswith(("ed", "n't")) for w in words)
+    return not any(
+        w in _VERBISH or w.endswith(("ed", "n't", "'m", "'re", "'ve", "'ll", "'d")) or w in _S_VERB
+        for w in words
+    )
+
+
+def answers(question: str, answer: str) -> bool:
+    """Whether `answer` (a fragment) answers `question`, so the two make one memory.
+
+    A yes/no question is answered by a reply opening with yes or no ("Yeah, twice."); any
+    question by a reply sharing a content word with it ("How many people?" "Twelve
+    people."); an open question (who/what/where …, "any pets?", "tea or coffee?") by any
+    reply that is not small talk. Small talk ("Thanks, Melanie!") never answers: it is what
+    glued unrelated turns into one memory."""
+    opening = [w.lower().replace("\u2019", "'") for w in _WORD.findall(answer)[:3]]
+    lead = next((w for w in opening if w not in _ANSWER_FILLERS), "")
+    asks_wh = _asks_wh(question)
+    if not asks_wh and lead in _YES_NO:
+        return True
+    asked = {stem(w) for w in content_words(question)}
+    if asked & {stem(w) for w in content_words(answer)}:
+        return True  # before the small-talk test: "Tea or coffee?" "Coffee, always."
+    if is_small_talk_sentence(answer):
+        return False
+    return asks_wh or bool(_INVITES_A_NAME.search(question))
+
+
+def _asks_wh(question: str) -> bool:
+    """A wh-word opens or closes one of the question's clauses ("Where to?", "High where?")."""
+    for clause in re.split(r"[,;:]|\b(?:and|or|but|so)\b", question, flags=_I):
+        words = [w.lower() for w in _WORD.findall(clause)]
+        words = [w for w in words if w not in _ANSWER_FILLERS]
+        if any(w.startswith(_WH) for w in words[:2] + words[-1:]):
+            return True
+    return False

@@ -1,12 +1,17 @@
 """The rules-only extractor: deterministic, offline, and the fallback of every other one.
 
 Per batch turn (user and assistant roles; system and tool turns carry no memories): cap the
-text at `max_chars`, drop junk, split into sentences and whole code blocks, skip small talk,
+text at `max_chars`, drop junk, split into sentences and whole code blocks, skip small talk
+(app/extraction/smalltalk.py: greetings, thanks, reactions, with names, emoji and laughter),
 classify (app/extraction/classify.py), resolve times and persons so each gem stands alone,
 then add topics, importance and, on preferences and decisions, subject/value keys
 (app/extraction/slots.py). A verbless answer ("Twelve people, the week of March 9.") is
-merged with the question it answers, citing both turns, the answer first. Identical
-sentences in a batch become one gem citing every turn that said them.
+merged with the question it answers, citing both turns, the answer first, only when it
+answers it (classify.answers); otherwise it stands alone and the question gives nothing.
+A plain remark that only echoes the other person's last turn ("Risotto sounds delicious!")
+gives nothing: their turn holds the fact. A turn's plain fact sentences become passages
+(`passages`), not one memory each. Identical sentences in a batch become one gem citing
+every turn that said them.
 
 Turn text is data: text that reads like instructions is extracted like any other and its
 gems carry `suspected_instruction: true` (app/text/injection.py); nothing in it changes
@@ -22,11 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.extraction.base import Gem, SourceTurn
-from app.extraction.classify import classify, is_fragment, is_small_talk
+from app.extraction.classify import answers, classify, is_fragment
 from app.extraction.persons import resolve_persons
 from app.extraction.salience import importance, summarize, topics, word_counts
 from app.extraction.sentences import Segment, clean_turn, looks_like_junk, split_segments
 from app.extraction.slots import subject_value
+from app.extraction.smalltalk import heard_words, is_echo
 from app.extraction.timeref import resolve_times
 from app.text.injection import SUSPECTED_INSTRUCTION, instruction_flags
 
@@ -34,6 +40,7 @@ _log = logging.getLogger(__name__)
 
 NAME = "offline-rules-v1"
 DEFAULT_MAX_CHARS = 8000
+PASSAGE_CHARS = 600  # a passage of fact sentences: a few sentences, well inside one vector
 _ROLES = ("user", "assistant")
 _CODE_NAMES = re.compile(r"\b(?:def|class|function|fn|func|interface|struct)\s+([A-Za-z_]\w*)")
 _DEDUPE = re.compile(r"[\W_]+")
@@ -111,6 +118,7 @@ class OfflineExtractor:
             return []
         speaker, listener = display_name(turn), listener_of(turn, timeline)
         flags = {"truncated": truncated, "suspicious": bool(instruction_flags(text))}
+        heard = heard_words(" ".join(t.content for t in _replied_to(turn, timeline)))
         segments = split_segments(text)
         drafts: list[_Draft] = []
         lead: tuple[str, _Draft | None] | None = None  # a "Here is the helper:" before code
@@ -125,11 +133,11 @@ class OfflineExtractor:
             if index == 0 and question is not None and question.turn.role != turn.role:
                 draft = self._answer(segment.text, turn, speaker, listener, question, **flags)
             if draft is None:
-                draft = self._sentence(segment.text, turn, speaker, listener, **flags)
+                draft = self._sentence(segment.text, turn, speaker, listener, heard, **flags)
             if draft is not None:
                 drafts.append(draft)
             lead = (segment.text, draft) if segment.text.rstrip().endswith(":") else None
-        return drafts
+        return passages(drafts)
 
     def _sentence(
         self,
@@ -137,6 +145,7 @@ class OfflineExtractor:
         turn: SourceTurn,
         speaker: str,
         listener: str,
+        heard: frozenset[str] = frozenset(),
         *,
         truncated: bool,
         suspicious: bool,
@@ -145,6 +154,8 @@ class OfflineExtractor:
         if kind is None:
             return None
         content, dates = _resolve(sentence, turn, speaker, listener)
+        if kind == "fact" and not dates and is_echo(sentence, heard):
+            return None  # a nod to what the other person said; their turn holds the fact
         return _Draft(
             kind,
             content,
@@ -171,7 +182,7 @@ class OfflineExtractor:
         suspicious: bool,
     ) -> _Draft | None:
         """ "Twelve people." after "How many people?" → one fact citing answer, then question."""
-        if not is_fragment(sentence) or is_small_talk(sentence, role=turn.role):
+        if not is_fragment(sentence) or not answers(question.content, sentence):
             return None
         answer, dates = _resolve(sentence, turn, speaker, listener)
         content = f"{question.content} {speaker}: {answer}"
@@ -264,6 +275,34 @@ class OfflineExtractor:
         )
 
 
+def passages(drafts: list[_Draft], max_chars: int = PASSAGE_CHARS) -> list[_Draft]:
+    """A turn's plain fact sentences as passages of up to `max_chars`, in the order said.
+
+    "Fact" is the fallback kind: a sentence that says something but carries no cue. A long
+    turn used to give one memory per such sentence (most memories were facts, a paragraph
+    became five), each a fragment of one thought and each its own search hit for the same
+    turn. Joined, they are one memory per topic-sized run: the same words stay searchable,
+    the vector (one model window) reads them together. Typed gems (preference, decision,
+    todo, goal, event, code) and answers merged with their question stay separate: they
+    carry their own kind and subject/value keys."""
+    out: list[_Draft] = []
+    open_passage: _Draft | None = None
+    for draft in drafts:
+        plain = draft.kind == "fact" and bool(draft.embed_text) and len(draft.source_ids) == 1
+        if not plain:
+            out.append(draft)
+            continue
+        if open_passage is None or len(open_passage.original) + 1 + len(draft.original) > max_chars:
+            open_passage = draft
+            out.append(draft)
+            continue
+        open_passage.content += " " + draft.content
+        open_passage.original += " " + draft.original
+        open_passage.embed_text += " " + draft.embed_text
+        open_passage.dates += [d for d in draft.dates if d not in open_passage.dates]
+    return out
+
+
 def _resolve(sentence: str, turn: SourceTurn, speaker: str, listener: str) -> tuple[str, list[str]]:
     """Times first (tense cues read the original verbs), then persons; and the ISO dates."""
     times = resolve_times(sentence, turn.at)
@@ -271,6 +310,20 @@ def _resolve(sentence: str, turn: SourceTurn, speaker: str, listener: str) -> tu
     if content[:1].islower() and sentence[:1].isupper():
         content = content[:1].upper() + content[1:]
     return content, [m.day.isoformat() for m in times.mentions]
+
+
+def _replied_to(turn: SourceTurn, timeline: Sequence[SourceTurn]) -> list[SourceTurn]:
+    """The other person's last turns before this one (a run of up to three): what a remark
+    in this turn may be echoing."""
+    position = next((i for i, t in enumerate(timeline) if t.id == turn.id), len(timeline))
+    me = (turn.role, display_name(turn))
+    before = list(timeline[:position])
+    while before and (before[-1].role, display_name(before[-1])) == me:
+        before.pop()
+    run: list[SourceTurn] = []
+    while before and len(run) < 3 and (before[-1].role, display_name(before[-1])) != me:
+        run.append(before.pop())
+    return [t for t in run if isinstance(t.content, str)]
 
 
 def display_name(turn: SourceTurn) -> str:

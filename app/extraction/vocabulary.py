@@ -146,13 +146,46 @@ COMMON_WORDS = STOPWORDS | word_set(
     ignore disregard act new system"""
 )
 
-GREETINGS_AND_ACKS = word_set(
-    """ok okay k kk thanks thank thx ty you hi hello hey yo morning evening afternoon night good
-    great cool sure yes yep yeah yup no nope nah bye goodbye cya see ya later cheers noted got
-    it perfect awesome nice lol haha hah hehe np welcome happy to help please alright right
-    understood will do sounds fine works for me that's thats this is much so very a lot the and
-    oh ah hmm um uh wow ooh gotcha roger copy ack acknowledged excellent wonderful brilliant
-    fantastic amazing indeed absolutely definitely certainly agreed done again back here i'm im
-    there glad appreciate appreciated again all set makes sense sense true exactly correct
-    hello there thank's of course course no problem problem worries"""
+# Words that carry nothing storable on their own (app/extraction/smalltalk.py): greetings,
+# thanks, farewells, acknowledgements, interjections, bare reactions and their intensifiers,
+# the verbs and nouns of chat formulas ("sounds great", "glad to hear", "my day was good"),
+# and terms of address. A sentence made only of these and stopwords says nothing; one word
+# outside them ("Max", "adopted", "25") keeps it. Laughter and elongated spellings ("hahaha",
+# "lolll", "sooo") are matched by pattern there, not listed here.
+SMALL_TALK_WORDS = word_set(
+    """hi hello hey heya hiya howdy yo sup greetings nite goodnight gn gm bye byebye goodbye
+    cya ciao later laters soon farewell cheers thanks thank thankyou thanx thx thnx ty tysm
+    tyvm welcome yw np congrats congratulations grats sorry apologies pardon please pls plz
+    luck bless hugs hug xoxo xo xx
+    ok okay k kk okie okey alright aight right sure yes yep yup yeah yea ya yah yas yass noted
+    gotcha roger ack copy understood indeed absolutely definitely certainly totally exactly
+    correct true agreed agree fair deal bet fine cool anyway anyways
+    wow whoa woah omg oh ohh ah ahh aw aww awww ooh oops yikes geez gosh jeez damn dang darn
+    yay hooray woohoo woo phew ugh ew eww meh huh hm hmm mhm mm um umm uh er eh welp lmao lol
+    haha hehe idk tbh ngl fr smh btw imo honestly seriously literally basically
+    great good nice awesome amazing wonderful fantastic fabulous brilliant excellent perfect
+    lovely beautiful gorgeous pretty cute adorable sweet neat fun funny hilarious interesting
+    fascinating exciting incredible impressive unbelievable crazy insane wild epic dope rad
+    terrible awful horrible bad sad scary weird strange delightful delicious yummy tasty glad
+    happy excited thrilled proud jealous envious pleased grateful thankful relieved bummer
+    shame pity wholesome relatable iconic lucky blessed cheerful inspiring relaxing
+    refreshing magical dreamy stunning breathtaking peaceful cozy wise smart thoughtful
+    admirable commendable rewarding valuable helpful spectacular heartwarming understandable
+    reasonable intriguing charming touching remarkable insightful creative clever genius
+    enjoyable memorable unforgettable cutest nicest coolest best greatest funniest prettiest
+    sweetest
+    super so soo very quite truly such kinda sorta extremely incredibly hopefully recently
+    lately though tho sadly unfortunately luckily thankfully
+    sound sounded sounding looked looking seem seemed hear heard hearing mean meant guess
+    suppose imagine believe wish hope hoped hoping doing feeling feel felt appreciate
+    appreciated share sharing asking chat chatting talking speaking catch care miss wait
+    gonna wanna gotta kidding joking worry worries mind nevermind nvm sucks
+    while pleasure question idea ideas point way choice choices experience news opportunity
+    approach initiative advice tip tips suggestion suggestions mindset attitude vibe vibes
+    pic pics picture pictures photo photos moment moments stuff thing things
+    im ive youre theyre thats whats hows dont cant wont didnt doesnt isnt wasnt arent havent
+    hasnt couldnt wouldnt shouldnt its ur u r rn bc cuz coz ikr ofc def prob probs ily hbu
+    wbu wyd hru lmk ig tbf iirc afaik imho
+    mate buddy bud dude girl girlie guys guy man bro sis friend babe hun honey dear darling
+    fam folks everyone y'all yall"""
 )

@@ -22,7 +22,7 @@ from app.extraction.sentences import flat_text
 from app.keys import RedisKeys
 from app.layers.conceptual.repository import known_terms
 from app.layers.episodic import repository as episodic
-from app.layers.semantic.repository import max_similarity_per_vector
+from app.layers.semantic.repository import max_similarity_per_vector, vector_literal
 from app.scoring.attention import Candidate, compete
 from app.scoring.salience import SalienceWeights, score_turn
 from app.text.tokens import count_tokens
@@ -135,6 +135,8 @@ def _score(
         vectors=vectors,
     )
     by_id = {t.id: sim for t, sim in zip(substantive, found, strict=True)}
+    # The same vector is the turn's dense retrieval key (app/layers/episodic/search.py).
+    keys = {t.id: vector_literal(v) for t, v in zip(substantive, vectors, strict=True)}
     similar = [by_id.get(t.id, 1.0) for t in turns]
     w = weights(settings)
     scores = {
@@ -165,6 +167,7 @@ def _score(
                 "novelty": score.novelty,
                 "salience": score.composite,
                 "attention": verdict.get(str(t.id), "keep"),
+                "embedding": keys.get(t.id),
             }
         )
     winners = [r for r in rows if r["attention"] == "consolidate"]

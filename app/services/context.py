@@ -2,9 +2,11 @@
 
 Parts are packed into the token budget in this priority order, each part taking what is left:
   1. the live conversation — newest L1 turns, up to 40 % of the budget;
-  2. memories relevant to the query (hybrid search, or the prefetched set when fresh);
-  3. a procedural suggestion, when one is confident enough for this query;
-  4. the summary of older working-memory turns;
+  2. the summary of older working-memory turns, when it takes at most 25 % of the budget;
+  3. turns and memories relevant to the query (hybrid search, or the prefetched set when
+     fresh): ranked turns with their date and speaker, memories that cite no turn;
+  4. a procedural suggestion, when one is confident enough for this query (and a longer
+     summary, if it still fits);
   5. graph facts about the entities the chosen memories name.
 An item that does not fit is skipped (a smaller one after it may still fit). Memories that
 repeat a turn already in the block are dropped. The block is laid out in a fixed order
@@ -39,7 +41,9 @@ from app.text.storable import StorableText
 from app.text.tokens import count_tokens
 
 CONVERSATION_SHARE = 0.4
-MEMORY_CANDIDATES = 20
+SUMMARY_SHARE = 0.25
+# Ranked turns are short: a 2,000-token budget holds ~40 of them once the conversation is in.
+MEMORY_CANDIDATES = 40
 HEADERS = {
     "summary": "## Earlier in this conversation",
     "turns": "## Conversation",
@@ -117,6 +121,14 @@ def _turn_line(turn: WorkingTurn) -> str:
 
 def _memory_line(content: str, occurred_at: datetime, kind: str) -> str:
     return f"- [{occurred_at:%Y-%m-%d}] {' '.join(content.split())} ({kind})"
+
+
+def _item_line(item: dict[str, Any]) -> str:
+    """A ranked turn as said (date, speaker, words); a memory with its kind."""
+    if item["layer"] == "turn":
+        who = item.get("speaker") or item.get("role") or "someone"
+        return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
+    return _memory_line(item["content"], item["occurred_at"], item["kind"])
 
 
 def _normalised(text: str) -> str:
@@ -211,6 +223,9 @@ def assemble_context(
                 "source_turn_ids": h.source_turn_ids,
                 "event_ids": h.event_ids,
                 "session_id": h.session_id,
+                "speaker": h.speaker,
+                "role": h.role,
+                "memories": [m.id for m in h.memories],
             }
             for h in result.hits
         ]
@@ -251,16 +266,29 @@ def assemble_context(
         for t in kept
     ]
     in_block = {_normalised(t.content) for t in kept} | {t.id for t in kept}
+    # A short summary of older turns goes in before the memories, which would fill the rest.
+    summary = working.summary if working is not None else None
+    if (
+        summary
+        and count_tokens(summary) <= budget * SUMMARY_SHARE
+        and packer.add("summary", summary)
+    ):
+        parts["summary"] = summary
     # 2. Memories.
     chosen: list[dict[str, Any]] = []
     for item in candidates:
         sources = set(item.get("event_ids") or [])
         if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
-        if packer.add("memories", _memory_line(item["content"], item["occurred_at"], item["kind"])):
+        if packer.add("memories", _item_line(item)):
             chosen.append(item)
             in_block.add(_normalised(item["content"]))
     parts["memories"] = chosen
+    # The memories the block relies on: memory items, and those attached to turn items.
+    recalled: dict[Any, float] = {}
+    for item in chosen:
+        for memory_id in [item["id"]] if item["layer"] == "memory" else item.get("memories", []):
+            recalled.setdefault(memory_id, item["score"])
     # 3. Procedure.
     if suggestion is not None:
         steps = " → ".join(
@@ -276,11 +304,11 @@ def assemble_context(
                 "similarity": suggestion.similarity,
             }
     # 4. Summary of older turns.
-    if working is not None and working.summary and packer.add("summary", working.summary):
-        parts["summary"] = working.summary
+    if summary and parts["summary"] is None and packer.add("summary", summary):
+        parts["summary"] = summary
     # 5. Graph facts about the chosen memories.
     if entry is None:
-        memory_ids = [m["id"] for m in chosen if m["layer"] == "memory"]
+        memory_ids = list(recalled)
         with unit_of_work(tenant_id) as session:
             edges = facts_about(session=session, user_id=request.user_id, memory_ids=memory_ids)
         facts = [
@@ -294,7 +322,6 @@ def assemble_context(
             seen_facts.add(fact["line"])
 
     text = packer.text()
-    memories = [m for m in chosen if m["layer"] == "memory"]
     record_retrieval(
         client,
         settings,
@@ -302,8 +329,8 @@ def assemble_context(
         user_id=request.user_id,
         channel=request.channel,
         query=request.query,
-        memory_ids=[m["id"] for m in memories],
-        scores=[m["score"] for m in memories],
+        memory_ids=list(recalled),
+        scores=list(recalled.values()),
         source="context",
     )
     return ContextResult(

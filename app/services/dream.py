@@ -56,6 +56,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, get_settings
 from app.db.session import app_engine, set_tenant, unit_of_work
+from app.extraction.smalltalk import says_nothing
 from app.keys import RedisKeys
 from app.layers.semantic import dream as dream_sql
 from app.redis_client import get_redis
@@ -529,6 +530,8 @@ def _consolidate(
     ]
     info = dream_sql.replayed_info(**params, memory_ids=replayed)
     mergeable = {r.memory_id: r.content for r in info if r.kind != "consolidated" and not r.member}
+    # Small talk is never consolidated ("Wow, Caroline! | Wow, fantastic, Caroline!").
+    mergeable = {m: content for m, content in mergeable.items() if not says_nothing(content)}
     plans = plan_clusters(
         mergeable,
         similar,

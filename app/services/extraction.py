@@ -1,14 +1,16 @@
 """From turns to memories: triggers claim batches; extract → embed → store runs per batch.
 
-A batch is one user's claimed turns. Claiming marks the turns (episodic.turns
-.extraction_batch_id) with `FOR UPDATE SKIP LOCKED`, so whichever triggers fire, and however
-many workers race, every turn is extracted exactly once. Each step checks the batch's state
-before doing anything, so a redelivered or retried step is a no-op; a failing batch records
-its error and attempts and never stops the other users' batches; beat retries it later.
+A batch is one user's claimed turns; a stored batch claims the user's next (`drain`), at most
+MAX_IN_FLIGHT at once. Claiming marks the turns (episodic.turns.extraction_batch_id) with
+`FOR UPDATE SKIP LOCKED`, so whichever triggers fire, and however many workers race, every
+turn is extracted exactly once. Each step checks the batch's state before doing anything, so
+a redelivered or retried step is a no-op; a failing batch records its error and attempts and
+never stops the other users' batches; beat retries it later.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -65,32 +67,118 @@ def _source(row: Any) -> SourceTurn:
 
 # -- triggers ------------------------------------------------------------------------------
 
+MAX_IN_FLIGHT = 2  # batches of one user on their way through the chain at once
+CLAIM_CHUNK = 100  # users per claim transaction (each holds one advisory lock per user)
 
-def claim(settings: Settings, tenant_id: str, triggers: dict[str, str]) -> list[BatchRef]:
+
+def claim_lock_key(tenant_id: str, user_id: str) -> int:
+    """The lock claims of one user take (not the user lock store holds: claims never wait)."""
+    digest = hashlib.blake2b(f"claim\x1f{tenant_id}\x1f{user_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def claim(
+    settings: Settings, tenant_id: str, triggers: dict[str, str], *, bounded: bool = False
+) -> list[BatchRef]:
     """Claim a batch for each user → trigger; users with nothing left to claim get none."""
-    refs: list[BatchRef] = []
-    with unit_of_work(tenant_id) as session:
-        for user_id, trigger in sorted(triggers.items()):
-            batch_id = uuid.uuid4()
-            claimed = episodic.claim_turns(
-                session=session,
-                tenant_id=tenant_id,
-                user_id=user_id,
-                batch_id=batch_id,
-                limit=settings.extract_max_batch_turns,
-            )
-            if not claimed:
+    return [ref for ref, _ in claim_batches(settings, tenant_id, triggers, bounded=bounded)]
+
+
+def claim_batches(
+    settings: Settings, tenant_id: str, triggers: dict[str, str], *, bounded: bool = False
+) -> list[tuple[BatchRef, int]]:
+    """(batch, turns) claimed, one batch per user; `bounded`: none for a user who already
+    has MAX_IN_FLIGHT batches in flight.
+
+    Bounded are the triggers that fire while a user is busy: N-turn and context (every ingest
+    batch of an import), drain (every stored batch) and flush; else a backlog fans out into a
+    chain per trigger. A user's batches are safe together (claims are exclusive, store takes
+    the user's lock) but pointless beyond two: one extracting while the other is embedded or
+    stored keeps the user's pipeline busy; more queue on the store lock and crowd out other
+    users. A trigger at the bound loses nothing: the batch in flight claims the next when
+    stored, reading what was scored meanwhile. The claim lock makes check and claim atomic.
+    Batches after a failed attempt or stale (beat's to retry) do not count: one bad batch
+    must not stop the user's other turns. The idle sweep is not bounded (nothing runs then).
+
+    A batch takes up to `extract_max_batch_turns` turns, and the N - 1 after those too when
+    that empties the user (fewer than N left over would wait for the idle timeout)."""
+    users = sorted(triggers)
+    fresh_after = datetime.now(UTC) - timedelta(seconds=settings.extract_retry_after_s)
+    claimed: list[tuple[BatchRef, int]] = []
+    for at in range(0, len(users), CLAIM_CHUNK):
+        chunk = users[at : at + CLAIM_CHUNK]
+        with unit_of_work(tenant_id) as session:
+            busy: dict[str, int] = {}
+            if bounded:
+                keys = [claim_lock_key(tenant_id, u) for u in chunk]
+                episodic.lock_users(session=session, keys=keys)
+                busy = semantic.fresh_in_flight_counts(
+                    session=session, tenant_id=tenant_id, user_ids=chunk, updated_after=fresh_after
+                )
+            for user_id in chunk:
+                if busy.get(user_id, 0) >= MAX_IN_FLIGHT:
+                    continue
+                batch_id = uuid.uuid4()
+                turns = episodic.claim_turns(
+                    session=session,
+                    tenant_id=tenant_id,
+                    user_id=user_id,
+                    batch_id=batch_id,
+                    limit=settings.extract_max_batch_turns,
+                    tail=settings.extract_after_turns - 1,
+                )
+                if not turns:
+                    continue
+                semantic.create_batch(
+                    session=session,
+                    batch_id=batch_id,
+                    tenant_id=tenant_id,
+                    user_id=user_id,
+                    trigger=triggers[user_id],
+                )
+                semantic.set_batch_turn_count(session=session, batch_id=batch_id, count=len(turns))
+                claimed.append(((tenant_id, str(batch_id)), len(turns)))
+    return claimed
+
+
+@dataclass(frozen=True)
+class Drain:
+    """After a stored batch: the next batches, and tenant → users to score again."""
+
+    batches: list[BatchRef]
+    score: dict[str, list[str]]
+
+
+def drain(settings: Settings, refs: Sequence[BatchRef]) -> Drain:
+    """After these batches went through the chain, claim the next batch of each of their
+    users still holding N scored, unclaimed turns (within MAX_IN_FLIGHT): a backlog drains as
+    fast as the workers go. Claims take scored turns only; unscored ones block nothing: their
+    scoring task claims once it committed (at the bound, the batch then in flight does when
+    stored, its store committing after that check). Were that task lost (beat's sweep rescues
+    such turns a minute later), users left with unscored turns and too few scored are scored
+    again."""
+    tenants: dict[str, list[uuid.UUID]] = {}
+    for tenant_id, batch_id in refs:
+        tenants.setdefault(tenant_id, []).append(uuid.UUID(batch_id))
+    batches: list[BatchRef] = []
+    score: dict[str, list[str]] = {}
+    for tenant_id, batch_ids in sorted(tenants.items()):
+        with unit_of_work(tenant_id) as session:
+            users = semantic.users_of_batches(session=session, batch_ids=batch_ids)
+            if not users:
                 continue
-            semantic.create_batch(
-                session=session,
-                batch_id=batch_id,
-                tenant_id=tenant_id,
-                user_id=user_id,
-                trigger=trigger,
+            counts = episodic.unextracted_counts(
+                session=session, tenant_id=tenant_id, user_ids=users
             )
-            semantic.set_batch_turn_count(session=session, batch_id=batch_id, count=len(claimed))
-            refs.append((tenant_id, str(batch_id)))
-    return refs
+            unscored = episodic.unscored_counts(
+                session=session, tenant_id=tenant_id, user_ids=users
+            )
+        due = {u: "drain" for u in users if counts.get(u, (0,))[0] >= settings.extract_after_turns}
+        batches += claim(settings, tenant_id, due, bounded=True)
+        waiting = [u for u in users if u not in due and unscored.get(u)]
+        if waiting:
+            score[tenant_id] = waiting
+    return Drain(batches, score)
 
 
 def due_triggers(
@@ -110,6 +198,14 @@ def due_triggers(
         if memory >= settings.extract_context_usage * settings.context_window_tokens:
             due[user_id] = "context"
     return due
+
+
+def claim_due(
+    settings: Settings, store: WorkingMemoryStore, tenant_id: str, user_ids: Sequence[str]
+) -> list[BatchRef]:
+    """The N-turn and context-usage triggers of these users, claimed within the bound."""
+    due = due_triggers(settings, store, tenant_id, user_ids)
+    return claim(settings, tenant_id, due, bounded=True)
 
 
 def tenants() -> list[str]:

@@ -27,7 +27,8 @@ from app.layers.meta import access as access_sql
 from app.layers.meta import procedures as procedure_sql
 from app.layers.semantic import search as memory_search
 from app.layers.working.store import WorkingMemoryStore
-from app.services.search import SearchRequest, fuse, gather
+from app.services.search_memories import fuse, gather
+from app.services.search_models import SearchRequest
 
 _log = logging.getLogger(__name__)
 

@@ -1,217 +1,33 @@
-"""Hybrid search over L3 memories and L2 raw turns.
+"""Hybrid search: source turns by default (memories attached), or memories.
 
-Three rankings under one filter: dense (HNSW cosine on memories), BM25 on memories, BM25 on
-raw turns. A turn that a current memory was extracted from folds into that memory (it adds
-to the memory's score) instead of being listed twice; a turn no memory covers yet is listed
-itself, which is what makes a turn findable before its extraction batch has run. Rankings are
-fused (reciprocal rank by default, or weighted scores), then multiplied by a bounded prior of
-importance, recency and consolidation strength. Every hit carries its score parts.
+The unit of evidence is the source turn (app/services/search_turns.py): a question is
+answered by what was said, and memories are the distilled keys pointing at it. Callers that
+want memories ask for `unit="memories"` (app/services/search_memories.py). Both fuse their
+rankings by rank, multiply by a bounded prior of importance, recency and consolidation, and
+record the memories they returned in L5 (access patterns, Hebbian co-activation).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
-from app.layers.episodic import search as turn_search
-from app.layers.semantic import search as memory_search
-from app.layers.semantic.models import MEMORY_KINDS
-from app.scoring.retrieval import (
-    PriorWeights,
-    memory_prior,
-    recency,
-    reciprocal_rank_fusion,
-    weighted_fusion,
-)
 from app.services.access import record_retrieval
-from app.streams.events import Channel, Identifier
-from app.text.storable import StorableTag, StorableText
+from app.services.search_memories import rank_memories
+from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
+from app.services.search_turns import rank_turns
+from app.text.time_window import time_window
+
+__all__ = ["AttachedMemory", "SearchHit", "SearchRequest", "SearchResult", "search"]
 
 _log = logging.getLogger(__name__)
-
-Key = tuple[str, uuid.UUID]  # ("memory" | "turn", id)
-
-
-class SearchRequest(BaseModel):
-    """What an agent asks; the tenant comes from its API key, never from the body."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    user_id: Identifier
-    query: StorableText = Field(min_length=1, max_length=8000)
-    limit: int = Field(default=10, ge=1, le=100)
-    channel: Channel | None = None
-    tags: list[StorableTag] = Field(default_factory=list, max_length=32)
-    kinds: list[Literal[MEMORY_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
-    since: datetime | None = None
-    until: datetime | None = None
-    min_importance: float | None = Field(default=None, ge=0, le=1)
-    include_superseded: bool = False
-    include_archived: bool = Field(
-        default=False, description="also memories decay archived (restore brings them back)"
-    )
-    include_turns: bool | None = Field(
-        default=None, description="search raw L2 turns too (default: the server's setting)"
-    )
-
-
-@dataclass
-class SearchHit:
-    id: uuid.UUID
-    layer: Literal["memory", "turn"]
-    kind: str
-    content: str
-    score: float
-    parts: dict[str, float]
-    source_turn_ids: list[str]
-    session_id: uuid.UUID | None
-    occurred_at: datetime
-    channel: str | None = None
-    importance: float | None = None
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    superseded_by: uuid.UUID | None = None
-    tags: list[str] = field(default_factory=list)
-    topics: list[Any] = field(default_factory=list)
-    role: str | None = None
-    speaker: str | None = None
-    # The same turns as event ids (what POST /v1/events returned), in the same order.
-    event_ids: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SearchResult:
-    hits: list[SearchHit]
-    fusion: str
-    took_ms: float
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Rankings:
-    """Raw candidate scores per ranking, before fusion (exposed for benchmarks)."""
-
-    dense: dict[uuid.UUID, float]
-    lexical: dict[uuid.UUID, float]
-    turns: dict[uuid.UUID, float]
-    covering: dict[uuid.UUID, list[uuid.UUID]]
-
-
-def _ordered(scores: dict[uuid.UUID, float]) -> list[uuid.UUID]:
-    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0])))]
-
-
-def _filters(tenant_id: str, request: SearchRequest) -> memory_search.MemoryFilter:
-    return memory_search.MemoryFilter(
-        tenant_id=tenant_id,
-        user_id=request.user_id,
-        channel=request.channel,
-        tags=tuple(request.tags),
-        kinds=tuple(request.kinds),
-        since=request.since,
-        until=request.until,
-        min_importance=request.min_importance,
-        include_superseded=request.include_superseded,
-        include_archived=request.include_archived,
-    )
-
-
-def _search_turns(request: SearchRequest, settings: Settings) -> bool:
-    # Tags, kinds and importance describe memories; a raw turn has none, so it cannot match.
-    if request.tags or request.kinds or request.min_importance is not None:
-        return False
-    if request.include_turns is not None:
-        return request.include_turns
-    return settings.search_turns != "never"
-
-
-def gather(
-    session: Any,
-    tenant_id: str,
-    request: SearchRequest,
-    vector: Sequence[float] | None,
-    settings: Settings,
-    *,
-    exact: bool = False,
-) -> Rankings:
-    """Candidates of every ranking, in the caller's (tenant-scoped) transaction."""
-    memory_filter = _filters(tenant_id, request)
-    limit = max(settings.search_candidates, request.limit)
-    dense = (
-        memory_search.dense_candidates(
-            session,
-            memory_filter,
-            vector,
-            limit=limit,
-            ef_search=max(settings.search_ef_search, limit),
-            exact=exact,
-        )
-        if vector is not None
-        else {}
-    )
-    lexical = memory_search.lexical_candidates(session, memory_filter, request.query, limit=limit)
-    turns: dict[uuid.UUID, float] = {}
-    covering: dict[uuid.UUID, list[uuid.UUID]] = {}
-    if _search_turns(request, settings):
-        turn_filter = turn_search.TurnFilter(
-            tenant_id=tenant_id,
-            user_id=request.user_id,
-            channel=request.channel,
-            since=request.since,
-            until=request.until,
-        )
-        turns = turn_search.lexical_candidates(session, turn_filter, request.query, limit=limit)
-        if settings.search_turns != "always":
-            covering = memory_search.covering_memories(session, memory_filter, list(turns))
-    return Rankings(dense=dense, lexical=lexical, turns=turns, covering=covering)
-
-
-def fuse(rankings: Rankings, settings: Settings) -> tuple[dict[Key, float], dict[Key, dict]]:
-    """Fused relevance per item, and each item's raw parts."""
-    parts: dict[Key, dict[str, float]] = {}
-    for name, scores in (("dense", rankings.dense), ("lexical", rankings.lexical)):
-        for memory_id, score in scores.items():
-            parts.setdefault(("memory", memory_id), {})[name] = round(score, 6)
-    turn_list: list[Key] = []
-    turn_scores: dict[Key, float] = {}
-    for turn_id in _ordered(rankings.turns):
-        owners = rankings.covering.get(turn_id)
-        targets = [("memory", m) for m in owners] if owners else [("turn", turn_id)]
-        for key in targets:
-            if key not in turn_scores:
-                turn_list.append(key)
-                turn_scores[key] = rankings.turns[turn_id]
-                parts.setdefault(key, {})["turn"] = round(rankings.turns[turn_id], 6)
-    dense_keys = {("memory", k): v for k, v in rankings.dense.items()}
-    lexical_keys = {("memory", k): v for k, v in rankings.lexical.items()}
-    weights = [settings.search_weight_dense, settings.search_weight_lexical]
-    if settings.search_fusion == "rrf":
-        fused = reciprocal_rank_fusion(
-            [_ordered_keys(dense_keys), _ordered_keys(lexical_keys), turn_list],
-            k=settings.search_rrf_k,
-            weights=[*weights, settings.search_weight_lexical],
-        )
-    else:
-        fused = weighted_fusion(
-            [dense_keys, lexical_keys, turn_scores],
-            weights=[*weights, settings.search_weight_lexical],
-        )
-    return fused, parts
-
-
-def _ordered_keys(scores: dict[Key, float]) -> list[Key]:
-    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0][1])))]
 
 
 def search(
@@ -225,6 +41,7 @@ def search(
     record: bool = True,
 ) -> SearchResult:
     started = time.perf_counter()
+    now = now or datetime.now(UTC)
     warnings: list[str] = []
     vector: Sequence[float] | None
     try:
@@ -233,125 +50,29 @@ def search(
         _log.warning("search without dense ranking: %s", exc)
         warnings.append(f"embedding backend unavailable, lexical ranking only: {exc}")
         vector = None
+    unit = request.unit or settings.search_unit
+    window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id) as session:
-        rankings = gather(session, tenant_id, request, vector, settings)
-        fused, parts = fuse(rankings, settings)
-        pool = sorted(fused.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[: request.limit * 3]
-        memory_rows = memory_search.memories_by_id(
-            session, request.user_id, [k[1] for k, _ in pool if k[0] == "memory"]
-        )
-        turn_rows = turn_search.turns_by_id(
-            session, request.user_id, [k[1] for k, _ in pool if k[0] == "turn"]
-        )
-    hits = _rank(pool, parts, memory_rows, turn_rows, rankings, settings, now or datetime.now(UTC))
-    hits = hits[: request.limit]
+        if unit == "turns":
+            hits = rank_turns(session, tenant_id, request, vector, settings, now, window)
+        else:
+            hits = rank_memories(session, tenant_id, request, vector, settings, now)
+            hits = hits[: request.limit]
     took_ms = (time.perf_counter() - started) * 1000
     if record and client is not None:
         _record(client, settings, tenant_id, request, hits)
     return SearchResult(
-        hits=hits, fusion=settings.search_fusion, took_ms=took_ms, warnings=warnings
+        hits=hits,
+        fusion=settings.search_fusion if unit == "memories" else "rrf",
+        took_ms=took_ms,
+        unit=unit,
+        time_window=(
+            {"start": window.start, "end": window.end, "expression": window.expression}
+            if window is not None
+            else None
+        ),
+        warnings=warnings,
     )
-
-
-def _rank(
-    pool: list[tuple[Key, float]],
-    parts: dict[Key, dict[str, float]],
-    memory_rows: dict[uuid.UUID, Any],
-    turn_rows: dict[uuid.UUID, Any],
-    rankings: Rankings,
-    settings: Settings,
-    now: datetime,
-) -> list[SearchHit]:
-    weights = PriorWeights(
-        importance=settings.search_prior_importance,
-        recency=settings.search_prior_recency,
-        consolidation=settings.search_prior_consolidation,
-    )
-    half_life = settings.search_recency_half_life_days
-    hits: list[SearchHit] = []
-    for key, relevance in pool:
-        layer, item_id = key
-        row = memory_rows.get(item_id) if layer == "memory" else turn_rows.get(item_id)
-        if row is None:
-            continue
-        age_days = (now - row.occurred_at).total_seconds() / 86_400
-        fresh = float(recency(age_days, half_life))
-        if layer == "memory":
-            prior = float(
-                memory_prior(
-                    importance=row.importance,
-                    recency_score=fresh,
-                    consolidation=row.consolidation_strength,
-                    weights=weights,
-                )
-            )
-        else:
-            prior = float(
-                memory_prior(
-                    importance=0.5, recency_score=fresh, consolidation=0.0, weights=weights
-                )
-            )
-        item_parts = {
-            **parts.get(key, {}),
-            "fused": round(relevance, 6),
-            "prior": round(prior, 6),
-            "recency": round(fresh, 6),
-        }
-        if layer == "memory":
-            sources = _sources_by_relevance(row, rankings.turns)
-            item_parts["importance"] = round(row.importance, 6)
-            item_parts["consolidation"] = round(row.consolidation_strength, 6)
-            hits.append(
-                SearchHit(
-                    id=row.id,
-                    layer="memory",
-                    kind=row.kind,
-                    content=row.content,
-                    score=relevance * prior,
-                    parts=item_parts,
-                    source_turn_ids=[external for _, external in sources],
-                    event_ids=[str(turn_id) for turn_id, _ in sources],
-                    session_id=row.session_id,
-                    occurred_at=row.occurred_at,
-                    channel=row.channel,
-                    importance=row.importance,
-                    valid_from=row.valid_from,
-                    valid_to=row.valid_to,
-                    superseded_by=row.superseded_by,
-                    tags=list(row.tags or []),
-                    topics=list(row.topics or []),
-                )
-            )
-        else:
-            hits.append(
-                SearchHit(
-                    id=row.id,
-                    layer="turn",
-                    kind="turn",
-                    content=row.content,
-                    score=relevance * prior,
-                    parts=item_parts,
-                    source_turn_ids=[row.external_id],
-                    event_ids=[str(row.id)],
-                    session_id=row.session_id,
-                    occurred_at=row.occurred_at,
-                    channel=row.channel,
-                    role=row.role,
-                    speaker=row.speaker,
-                )
-            )
-    hits.sort(key=lambda h: (-h.score, str(h.id)))
-    return hits
-
-
-def _sources_by_relevance(
-    row: Any, turn_scores: dict[uuid.UUID, float]
-) -> list[tuple[uuid.UUID, str]]:
-    """(id, external id) of the memory's source turns: those matching the query best first,
-    then the rest in the order the memory lists them."""
-    pairs = list(zip(row.source_ids or [], row.source_external_ids or [], strict=False))
-    ranked = sorted(enumerate(pairs), key=lambda item: (-turn_scores.get(item[1][0], 0.0), item[0]))
-    return [pair for _, pair in ranked]
 
 
 def _record(
@@ -361,7 +82,13 @@ def _record(
     request: SearchRequest,
     hits: list[SearchHit],
 ) -> None:
-    memories = [h for h in hits if h.layer == "memory"]
+    """The memories the caller got back: memory hits and the memories attached to turn hits."""
+    scored: dict = {}
+    for hit in hits:
+        if hit.layer == "memory":
+            scored.setdefault(hit.id, hit.score)
+        for memory in hit.memories:
+            scored.setdefault(memory.id, hit.score)
     record_retrieval(
         client,
         settings,
@@ -369,7 +96,7 @@ def _record(
         user_id=request.user_id,
         channel=request.channel,
         query=request.query,
-        memory_ids=[h.id for h in memories],
-        scores=[h.score for h in memories],
+        memory_ids=list(scored),
+        scores=list(scored.values()),
         source="search",
     )

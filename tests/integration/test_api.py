@@ -192,6 +192,8 @@ def test_openapi_lists_every_v1_path(client: TestClient) -> None:
         "/v1/procedures",
         "/v1/procedures/suggest",
         "/v1/users/{user_id}",
+        "/v1/users/{user_id}/extraction",
+        "/v1/users/{user_id}/extraction/flush",
         "/v1/stats",
     }
     assert served == expected
@@ -762,7 +764,9 @@ def test_search_finds_memories_with_score_parts(
     top = body["hits"][0]
     assert top["content"] == TOPICS[3]
     assert top["layer"] == "memory"
-    assert {"dense", "lexical", "fused", "prior", "recency", "importance"} <= set(top["parts"])
+    assert {"memory_dense", "memory_lexical", "fused", "prior", "recency", "importance"} <= set(
+        top["parts"]
+    )
     assert top["score"] == pytest.approx(top["parts"]["fused"] * top["parts"]["prior"], rel=1e-3)
 
     # Filters reach the query.

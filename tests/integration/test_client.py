@@ -176,7 +176,7 @@ def test_remember_search_and_get_memory(
     assert top.content == "Alice's favourite database is PostgreSQL"
     assert "prefs" in top.tags
     assert isinstance(top.occurred_at, datetime)
-    assert {"fused", "prior", "dense"} <= set(top.parts)
+    assert {"fused", "prior", "memory_dense"} <= set(top.parts)
     assert all(isinstance(v, float) for v in top.parts.values())
     assert engram.search(user, "Which database?", tags=["nope"]).hits == []
 
@@ -308,7 +308,7 @@ def test_sent_turns_become_searchable_once_ingested(
     assert turn.role == "user"
     assert turn.speaker == "Bob"
     assert turn.channel == "default"
-    assert "turn" in turn.parts
+    assert "turn_lexical" in turn.parts
 
     with pytest.raises(TimeoutError, match="never-sent"):
         engram.wait_until_indexed(

@@ -2,7 +2,9 @@
 paraphrases find the planted memory among a thousand others, filters and tenancy hold,
 superseded memories stay out unless asked for, raw turns are findable before extraction and
 fold into the memory made from them, total recall returns the source turns in context, and
-access records are applied exactly once."""
+access records are applied exactly once. These are the memories unit's tests (weighted
+fusion, as it was tuned on memories); the turns unit, the default, is tested in
+test_turn_retrieval.py."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+MEMORIES_UNIT = {"search_unit": "memories", "search_fusion": "weighted"}
 
 # -- the planted memories and a thousand distractors ---------------------------------------
 
@@ -305,7 +308,14 @@ class Corpus:
 
 @pytest.fixture(scope="module")
 def corpus_settings(base_settings: Settings) -> Settings:
-    return base_settings.model_copy(update={"redis_prefix": f"test-{uuid.uuid4().hex[:10]}"})
+    return base_settings.model_copy(
+        update={"redis_prefix": f"test-{uuid.uuid4().hex[:10]}", **MEMORIES_UNIT}
+    )
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update=MEMORIES_UNIT)
 
 
 @pytest.fixture(scope="module")

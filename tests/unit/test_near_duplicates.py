@@ -1,4 +1,5 @@
-"""Near-duplicates must agree on their numbers (app/layers/semantic/service.same_numbers)."""
+"""Near-duplicates must agree on their numbers (app/layers/semantic/service.same_numbers),
+and a memory's list of source turns stays bounded however often it is repeated (`cite`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.layers.semantic.service import same_numbers
+from app.layers.semantic.service import MAX_SOURCE_TURNS, cite, same_numbers
 
 
 def test_a_changed_amount_or_date_is_another_memory() -> None:
@@ -46,3 +47,29 @@ def test_order_does_not_matter_but_every_number_does(numbers: list[int], data) -
     changed = list(numbers)
     changed[index] += 1
     assert not same_numbers(text, " and ".join(f"item {n}" for n in changed))
+
+
+def test_a_repeated_memory_cites_its_first_turns_only() -> None:
+    turns = [f"turn-{n}" for n in range(40)]
+    cited: list[str] = []
+    for turn in turns:  # "Thanks!" said forty times, one batch each
+        cited = cite(cited, [turn])
+    assert cited == turns[:MAX_SOURCE_TURNS]
+    assert cite(cited, ["turn-99"]) == cited  # at the cap nothing is added
+
+
+@given(
+    st.lists(st.sampled_from([f"t{n}" for n in range(30)]), max_size=20, unique=True),
+    st.lists(st.sampled_from([f"t{n}" for n in range(30)]), max_size=20),
+    st.integers(min_value=1, max_value=12),
+)
+def test_cite_keeps_order_adds_no_duplicate_and_respects_the_cap(
+    cited: list[str], more: list[str], limit: int
+) -> None:
+    out = cite(cited, more, limit)
+    assert out[: len(cited)] == cited  # what a memory already cites is never dropped
+    assert len(out) == len(set(out))
+    assert len(out) <= max(limit, len(cited))
+    assert set(out) <= set(cited) | set(more)
+    if len(set(cited) | set(more)) <= limit:
+        assert set(out) == set(cited) | set(more)

@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     Boolean,
     DateTime,
@@ -19,9 +20,10 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.config import get_settings
 from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
 
 
@@ -66,12 +68,16 @@ class Turn(Base):
         UniqueConstraint("tenant_id", "user_id", "external_id"),
         Index("ix_turns_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
         Index("ix_turns_session_occurred", "session_id", "occurred_at"),
+        # One user's rows matching the words, straight from the index (btree_gin keys the
+        # user columns): read through episodic.match_turns(), see the recall migration.
+        Index("ix_turns_search_tsv", "tenant_id", "user_id", "search_tsv", postgresql_using="gin"),
         Index(
-            "ix_turns_content_tsv",
-            "tenant_id",
-            "user_id",
-            text("to_tsvector('english'::regconfig, content)"),
-            postgresql_using="gin",
+            "ix_turns_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_where=text("embedding IS NOT NULL"),
         ),
         Index("ix_turns_topics", "topics", postgresql_using="gin"),
         Index(
@@ -128,6 +134,11 @@ class Turn(Base):
     attention: Mapped[str | None] = mapped_column(String(16))
     # The extraction batch that claimed this turn: set once, so a turn is extracted once.
     extraction_batch_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    # Retrieval keys: the turn's own vector (set with its attention scores; none for turns too
+    # short to say anything) and its words with the speaker's name, kept by a trigger
+    # (episodic.turns_search_tsv) on insert and on content or speaker changes.
+    embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    search_tsv: Mapped[Any | None] = mapped_column(TSVECTOR)
 
 
 class RawEvent(Base):

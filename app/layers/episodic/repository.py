@@ -224,15 +224,18 @@ def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime)
 _SAVE_ATTENTION = text(
     "UPDATE episodic.turns AS t SET emotional_intensity = r.emotional_intensity,"
     " connection_relevance = r.connection_relevance, novelty = r.novelty,"
-    " salience = r.salience, attention = r.attention"
+    " salience = r.salience, attention = r.attention,"
+    " embedding = coalesce(CAST(r.embedding AS vector), t.embedding)"
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, emotional_intensity float8,"
-    " connection_relevance float8, novelty float8, salience float8, attention text)"
+    " connection_relevance float8, novelty float8, salience float8, attention text,"
+    " embedding text)"
     " WHERE t.id = r.id"
 )
 
 
 def save_attention(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Store salience parts and the attention outcome of scored turns (one statement)."""
+    """Store salience parts, the attention outcome and the turn's vector (`embedding`, a
+    vector literal, or None for a turn too short to embed) of scored turns (one statement)."""
     if rows:
         session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows)})
 
@@ -284,9 +287,17 @@ def idle_unextracted_users(
 
 
 def claim_turns(
-    *, session: DbSession, tenant_id: str, user_id: str, batch_id: uuid.UUID, limit: int
+    *,
+    session: DbSession,
+    tenant_id: str,
+    user_id: str,
+    batch_id: uuid.UUID,
+    limit: int,
+    tail: int = 0,
 ) -> list[uuid.UUID]:
-    """Claim up to `limit` oldest unclaimed, already scored turns of a user for one batch.
+    """Claim up to `limit` oldest unclaimed, already scored turns of a user for one batch;
+    up to `tail` more when that empties the user (a remainder of at most `tail` turns, below
+    the N-turn trigger, would otherwise wait for the idle timeout).
 
     Only scored turns: attention comes before extraction, and a claim never holds a turn that
     a scoring task is about to lock.
@@ -297,6 +308,7 @@ def claim_turns(
     # Lock first, then update by primary key: as one `UPDATE … WHERE id IN (subquery)` a
     # generic plan cached while the table was small re-ran the locking subquery once per
     # unclaimed turn of the tenant (seconds per claim by the end of a large ingest).
+    # One row past `limit + tail` tells whether the remainder would still reach the trigger.
     picked = [
         r[0]
         for r in session.execute(
@@ -305,9 +317,11 @@ def claim_turns(
                 " AND extraction_batch_id IS NULL AND salience IS NOT NULL"
                 " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
             ),
-            {"tenant": tenant_id, "user": user_id, "limit": limit},
+            {"tenant": tenant_id, "user": user_id, "limit": limit + tail + 1 if tail else limit},
         )
     ]
+    if len(picked) > limit + tail:
+        picked = picked[:limit]  # the rows past `limit` stay locked until commit, unclaimed
     if not picked:
         return []
     rows = session.execute(
@@ -318,6 +332,37 @@ def claim_turns(
         {"batch": batch_id, "ids": picked},
     )
     return [r[0] for r in rows]
+
+
+def extraction_counts(*, session: DbSession, tenant_id: str, user_id: str) -> tuple[int, int, int]:
+    """(turns, unscored turns, scored turns not claimed yet) of one user; each count reads
+    its own index (the two partial ones for the second and third)."""
+    row = session.execute(
+        text(
+            "SELECT (SELECT count(*) FROM episodic.turns"
+            "  WHERE tenant_id = :tenant AND user_id = :user),"
+            " (SELECT count(*) FROM episodic.turns"
+            "  WHERE tenant_id = :tenant AND user_id = :user AND salience IS NULL),"
+            " (SELECT count(*) FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
+            "  AND extraction_batch_id IS NULL AND salience IS NOT NULL)"
+        ),
+        {"tenant": tenant_id, "user": user_id},
+    ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def unscored_counts(
+    *, session: DbSession, tenant_id: str, user_ids: Sequence[str]
+) -> dict[str, int]:
+    """user → turns not scored yet, for these users (users with none are left out)."""
+    rows = session.execute(
+        text(
+            "SELECT user_id, count(*) FROM episodic.turns WHERE tenant_id = :tenant"
+            " AND user_id = ANY(:users) AND salience IS NULL GROUP BY user_id"
+        ),
+        {"tenant": tenant_id, "users": list(user_ids)},
+    )
+    return {r[0]: int(r[1]) for r in rows}
 
 
 def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:

@@ -1,4 +1,9 @@
-"""SQL for searching L2 raw turns (full text) and reading them back by id."""
+"""SQL for searching L2 raw turns (full text and dense) and reading them back by id.
+
+Turns are the unit of evidence: each has its own vector (set when attention scores it) and a
+stored tsvector of the speaker's name and the text, so a turn is found whether or not a
+memory was extracted from it yet.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.db.fulltext import FulltextScope, bm25_candidates
-
-# Must match the expression of ix_turns_content_tsv, or the GIN index is not used.
-TURN_VECTOR = "to_tsvector('english'::regconfig, content)"
+from app.layers.semantic.repository import vector_literal
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,7 @@ def lexical_candidates(
 ) -> dict[uuid.UUID, float]:
     """turn id → BM25 score over the user's raw turns in the filter."""
     where, params = turn_filter.clause()
-    # Turns have no stored tsvector: statistics come from fewer rows, each parsed here.
-    scope = FulltextScope(table="episodic.turns", vector=TURN_VECTOR, where=where, sample=300)
+    scope = FulltextScope(table="episodic.turns", vector="search_tsv", where=where)
     f = turn_filter
 
     def match(tsquery: str, count: int) -> list[Any]:
@@ -65,6 +67,32 @@ def lexical_candidates(
         )
 
     return bm25_candidates(session, scope, params, query=query, limit=limit, match=match)
+
+
+def dense_candidates(
+    session: Session,
+    turn_filter: TurnFilter,
+    vector: Sequence[float],
+    *,
+    limit: int,
+    ef_search: int,
+) -> dict[uuid.UUID, float]:
+    """turn id → cosine similarity of the `limit` nearest turns of the user in the filter
+    (iterative HNSW scan, so the user filter does not leave the answer short)."""
+    where, params = turn_filter.clause()
+    session.execute(text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(ef_search)})
+    session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    rows = session.execute(
+        text(
+            "SELECT id, 1 - distance AS cosine FROM (SELECT id,"  # noqa: S608
+            " embedding <=> CAST(:vector AS vector) AS distance FROM episodic.turns"
+            f" WHERE {where} AND embedding IS NOT NULL"
+            " ORDER BY embedding <=> CAST(:vector AS vector) LIMIT :limit) AS c"
+            " ORDER BY distance"
+        ),
+        {**params, "vector": vector_literal(vector), "limit": limit},
+    ).all()
+    return {row.id: float(row.cosine) for row in rows}
 
 
 # The index-backed match under the tenant's scope (see the recall migration for why).

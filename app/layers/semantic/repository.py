@@ -107,6 +107,53 @@ def stale_batches(*, session: Session, older_than: datetime, max_attempts: int) 
     )
 
 
+def fresh_in_flight_counts(
+    *, session: Session, tenant_id: str, user_ids: Sequence[str], updated_after: datetime
+) -> dict[str, int]:
+    """user → batches on their way through the chain: not finished, no failed attempt, moved
+    since `updated_after` (older ones are stale, beat's to retry)."""
+    rows = session.execute(
+        text(
+            "SELECT user_id, count(*) FROM semantic.extraction_batches"
+            " WHERE tenant_id = :tenant AND user_id = ANY(:users)"
+            " AND state IN ('claimed', 'extracted', 'embedded') AND attempts = 0"
+            " AND updated_at > :after GROUP BY user_id"
+        ),
+        {"tenant": tenant_id, "users": list(user_ids), "after": updated_after},
+    )
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def batch_counts(*, session: Session, tenant_id: str, user_id: str) -> tuple[int, int, int]:
+    """(unfinished batches, of which retrying after a failed attempt, batches parked as
+    'failed') of one user."""
+    row = session.execute(
+        text(
+            "SELECT count(*) FILTER (WHERE state IN ('claimed', 'extracted', 'embedded')),"
+            " count(*) FILTER (WHERE state IN ('claimed', 'extracted', 'embedded')"
+            "  AND attempts > 0),"
+            " count(*) FILTER (WHERE state = 'failed')"
+            " FROM semantic.extraction_batches WHERE tenant_id = :tenant AND user_id = :user"
+        ),
+        {"tenant": tenant_id, "user": user_id},
+    ).one()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def users_of_batches(*, session: Session, batch_ids: Sequence[uuid.UUID]) -> list[str]:
+    """The users these batches belong to (under the current tenant scope), sorted."""
+    if not batch_ids:
+        return []
+    rows = session.execute(
+        text(
+            "SELECT DISTINCT user_id FROM semantic.extraction_batches"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY user_id"
+        ),
+        {"ids": list(batch_ids)},
+    )
+    return [r[0] for r in rows]
+
+
 # -- memories ------------------------------------------------------------------------------
 
 

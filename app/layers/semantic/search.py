@@ -236,3 +236,19 @@ def recent_memory_ids(
             {"user": user_id, "exclude": list(exclude), "limit": max(limit - len(exclude), 0)},
         ).scalars()
     )
+
+
+def source_turns(
+    session: Session, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[uuid.UUID]]:
+    """memory id → the ids of the turns it was extracted from, in the memory's order."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            "SELECT id, source_turn_ids FROM semantic.memories"
+            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: list(row.source_turn_ids or []) for row in rows}

@@ -1,7 +1,19 @@
 """Gems into L3: dedupe within the batch, reinforce near-duplicates, supersede contradictions.
 
-All of one user's batch is decided with three set-based reads (nearest memories per gem,
-current memories per subject) and written with three statements, in the caller's transaction.
+All of one user's batch is decided with set-based reads (nearest memories per gem,
+current memories per subject, the turns already cited by the memories it repeats) and
+written with three statements, in the caller's transaction.
+
+Two limits keep a repeated line from becoming one memory that cites dozens of turns:
+
+- Lines that say nothing storable (app/extraction/smalltalk.says_nothing: "Thanks!",
+  "Wow, so cool!") are never near-duplicates of anything: they neither fold into a twin in
+  the batch nor reinforce a stored memory, and no gem reinforces such a memory. Their
+  embeddings all sit close together, so near-duplicate merging is what glued them into one.
+- A memory cites at most MAX_SOURCE_TURNS turns: the first ones that said it. A repeat
+  beyond that still reinforces it (importance, access count) but adds no source turn. The
+  repeat is the same memory, so making it a new one would only add a duplicate; and a
+  search hit that points at forty turns points at none of them.
 """
 
 from __future__ import annotations
@@ -14,11 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.extraction.base import Gem, embedding_text
+from app.extraction.smalltalk import says_nothing
 from app.layers.semantic import repository
+
+MAX_SOURCE_TURNS = 8
 
 
 def content_hash(content: str) -> str:
@@ -71,6 +87,43 @@ class _Pending:
     vector: Sequence[float]
     sources: list[str]
     row: int  # its position in the batch's similarity matrix
+    generic: bool = False  # says nothing storable: never a near-duplicate (module docstring)
+
+
+def cite(cited: Sequence[str], more: Sequence[str], limit: int = MAX_SOURCE_TURNS) -> list[str]:
+    """`cited` with the turns of `more` it lacks appended, up to `limit` turns in all (a
+    list already at the limit is left as it is)."""
+    out = list(cited)
+    for turn in more:
+        if len(out) >= limit:
+            break
+        if turn not in out:
+            out.append(turn)
+    return out
+
+
+def _cited_by(
+    session: Session, tenant_id: str, user_id: str, ids: Sequence[Any], hashes: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Source turns of the memories these gems would reinforce: by id (near-duplicates) and
+    by content hash (exact twins, merged by the insert)."""
+    if not ids and not hashes:
+        return {}, {}
+    rows = session.execute(
+        text(
+            "SELECT id, content_hash, source_turn_ids FROM semantic.memories"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) AND tenant_id = :tenant AND user_id = :user"
+            " UNION SELECT id, content_hash, source_turn_ids FROM semantic.memories"
+            " WHERE tenant_id = :tenant AND user_id = :user AND content_hash = ANY(:hashes)"
+        ),
+        {"tenant": tenant_id, "user": user_id, "ids": [str(i) for i in ids], "hashes": hashes},
+    )
+    by_id: dict[str, list[str]] = {}
+    by_hash: dict[str, list[str]] = {}
+    for memory_id, digest, sources in rows:
+        cited = [str(s) for s in sources or []]
+        by_id[str(memory_id)] = by_hash[digest] = cited
+    return by_id, by_hash
 
 
 def store_gems(
@@ -94,11 +147,14 @@ def store_gems(
     similar = _cosines(vectors) >= settings.dedup_cosine
     pending: list[_Pending] = []
     for row, (gem, vector) in enumerate(zip(gems, vectors, strict=True)):
+        generic = says_nothing(gem.original or gem.content)
         twin = next(
             (
                 p
                 for p in pending
-                if similar[p.row, row]
+                if not generic
+                and not p.generic
+                and similar[p.row, row]
                 and same_numbers(p.gem.content, gem.content)
                 # One sentence said twice (by two speakers) gives one vector but two memories;
                 # the very same content meets its twin by content hash below.
@@ -107,9 +163,10 @@ def store_gems(
             None,
         )
         if twin is not None:
-            twin.sources.extend(s for s in gem.source_turn_ids if s not in twin.sources)
+            twin.sources = cite(twin.sources, gem.source_turn_ids)
             continue
-        pending.append(_Pending(gem, vector, list(gem.source_turn_ids), row))
+        sources = cite([], gem.source_turn_ids)
+        pending.append(_Pending(gem, vector, sources, row, generic))
 
     # 2. Against stored memories: near-duplicates reinforce; same subject+value reinforces.
     nearest = repository.nearest_per_vector(
@@ -127,7 +184,7 @@ def store_gems(
     for row in current:
         by_subject.setdefault(row.subject, []).append(row)
 
-    reinforce_rows: list[dict[str, Any]] = []
+    matches: list[tuple[_Pending, Any]] = []
     new_rows: list[dict[str, Any]] = []
     new_gems: list[Gem] = []
     supersede_rows: list[dict[str, Any]] = []
@@ -140,26 +197,23 @@ def store_gems(
             (
                 memory_id
                 for memory_id, cosine, trigram, subject, value, content in neighbours
-                if cosine >= settings.dedup_cosine
+                if not item.generic
+                and cosine >= settings.dedup_cosine
                 and trigram >= settings.dedup_trigram
                 and same_numbers(content, gem.content)
                 # Memories about two different subjects are never one memory, however alike.
                 and (not gem.subject or not subject or (subject, value) == (gem.subject, gem.value))
+                and not says_nothing(content)
             ),
             same_value[0].id if same_value else None,
         )
         if match is not None:
-            reinforce_rows.append(
-                {"id": match, "importance": gem.importance, "source_turn_ids": item.sources}
-            )
-            stored.reinforced.append((match, gem))
+            matches.append((item, match))
             continue
         digest = content_hash(gem.content)
         twin_row = next((r for r in new_rows if r["content_hash"] == digest), None)
         if twin_row is not None:  # same text twice in one batch (below the cosine cut-off)
-            twin_row["source_turn_ids"] += [
-                s for s in item.sources if s not in twin_row["source_turn_ids"]
-            ]
+            twin_row["source_turn_ids"] = cite(twin_row["source_turn_ids"], item.sources)
             continue
         memory_id = uuid.uuid4()
         for old in by_subject.get(gem.subject or "", []):
@@ -201,7 +255,30 @@ def store_gems(
         )
         new_gems.append(gem)
 
-    repository.reinforce(session=session, rows=reinforce_rows)
+    # Reinforcing adds only the turns a memory can still cite (MAX_SOURCE_TURNS); so does an
+    # exact twin of a stored memory, which the insert merges into it.
+    cited_by_id, cited_by_hash = _cited_by(
+        session, tenant_id, user_id, [m for _, m in matches], [r["content_hash"] for r in new_rows]
+    )
+    # One row per memory (an UPDATE … FROM applies only one of several rows for the same
+    # id); `cited` grows as rows are planned, shared by the id and hash views of a memory.
+    by_match: dict[str, dict[str, Any]] = {}
+    for item, match in matches:
+        cited = cited_by_id.setdefault(str(match), [])
+        fresh = [s for s in cite(cited, item.sources) if s not in cited]
+        cited += fresh
+        row = by_match.setdefault(
+            str(match), {"id": match, "importance": 0.0, "source_turn_ids": []}
+        )
+        row["importance"] = max(row["importance"], item.gem.importance)
+        row["source_turn_ids"] += fresh
+        stored.reinforced.append((match, item.gem))
+    for row in new_rows:
+        cited = cited_by_hash.get(row["content_hash"])
+        if cited is not None:
+            more = cite(cited, row["source_turn_ids"])
+            row["source_turn_ids"] = [s for s in more if s not in cited]
+    repository.reinforce(session=session, rows=list(by_match.values()))
     results = repository.insert_memories(session=session, rows=new_rows)
     for row, gem in zip(new_rows, new_gems, strict=True):
         memory_id, inserted = results[row["content_hash"]]

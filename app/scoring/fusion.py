@@ -1,0 +1,102 @@
+"""Turn-level rank fusion: every leg votes for source turns, memories through the turns they
+cite.
+
+A leg is a ranking of turns (their words, their vectors, the same restricted to a time the
+query names) or of memories (their words, their vectors). Reciprocal-rank fusion sums
+weight / (k + rank) over the legs a turn appears in, so no leg's score scale can swamp
+another's, and a first-ranked match of one leg keeps weight / (k + 1) whatever the others say.
+Each vote is scaled by (score / the leg's best score) ** `power`: pure ranks let a leg whose
+matches are all weak (one common name in every row) count as much as one with a strong match,
+while the ratio to the leg's own best stays scale-free. 0.5 measured best on the development
+conversations and held on their held-out part (bench/conversations.py).
+
+A memory lends its rank to the turns it was extracted from (its best `turns_per_memory`,
+those the turn legs liked most first), so a turn's gems act as extra keys for it. Within one
+leg a turn counts once, at its best rank: twenty memories of one chatty turn are not twenty
+votes. A memory citing no turn (said through the API, not in a conversation) stands for
+itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+T = TypeVar("T", bound=Hashable)  # turn ids
+M = TypeVar("M", bound=Hashable)  # memory ids
+
+
+@dataclass(frozen=True)
+class Leg(Generic[T]):
+    """A ranking: item → score (higher is better) and the leg's weight."""
+
+    name: str
+    scores: Mapping[T, float]
+    weight: float = 1.0
+
+
+@dataclass
+class Fused(Generic[T, M]):
+    """Fused relevance per turn and per memory that cites no turn, with what voted for each."""
+
+    turns: dict[T, float] = field(default_factory=dict)
+    memories: dict[M, float] = field(default_factory=dict)
+    parts: dict[T | M, dict[str, float]] = field(default_factory=dict)
+    via: dict[T, list[M]] = field(default_factory=dict)  # memories that lent their rank
+
+
+def ranked(scores: Mapping[T, float]) -> list[T]:
+    """Best first; ties broken by the item's text so the order is reproducible."""
+    return [item for item, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+
+
+def fuse_turns(
+    turn_legs: Sequence[Leg[T]],
+    memory_legs: Sequence[Leg[M]],
+    sources: Mapping[M, Sequence[T]],
+    *,
+    k: int,
+    turns_per_memory: int,
+    power: float = 0.5,
+) -> Fused[T, M]:
+    """Σ weight / (k + rank) * (score / best) ** power per turn over every leg; see the
+    module docstring."""
+    fused: Fused[T, M] = Fused()
+    direct: dict[T, float] = {}
+    for leg in turn_legs:
+        best = max(leg.scores.values(), default=0.0)
+        for rank, turn in enumerate(ranked(leg.scores), start=1):
+            vote = leg.weight / (k + rank) * _strength(leg.scores[turn], best, power)
+            fused.turns[turn] = fused.turns.get(turn, 0.0) + vote
+            direct[turn] = direct.get(turn, 0.0) + vote
+            fused.parts.setdefault(turn, {})[leg.name] = round(leg.scores[turn], 6)
+    for leg in memory_legs:
+        voted: set[T] = set()
+        best = max(leg.scores.values(), default=0.0)
+        for rank, memory in enumerate(ranked(leg.scores), start=1):
+            vote = leg.weight / (k + rank) * _strength(leg.scores[memory], best, power)
+            cited = list(dict.fromkeys(sources.get(memory, ())))
+            if not cited:
+                fused.memories[memory] = fused.memories.get(memory, 0.0) + vote
+                fused.parts.setdefault(memory, {})[leg.name] = round(leg.scores[memory], 6)
+                continue
+            preferred = sorted(
+                enumerate(cited), key=lambda item: (-direct.get(item[1], 0.0), item[0])
+            )
+            for _, turn in preferred[:turns_per_memory]:
+                fused.via.setdefault(turn, [])
+                if memory not in fused.via[turn]:
+                    fused.via[turn].append(memory)
+                if turn in voted:
+                    continue
+                voted.add(turn)
+                fused.turns[turn] = fused.turns.get(turn, 0.0) + vote
+                fused.parts.setdefault(turn, {})[leg.name] = round(leg.scores[memory], 6)
+    return fused
+
+
+def _strength(score: float, best: float, power: float) -> float:
+    if best <= 0 or power == 0:
+        return 1.0
+    return (max(score, 0.0) / best) ** power

@@ -1,0 +1,91 @@
+"""What a search asks and answers (shared by the turn and memory rankings, the API and SDK)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.layers.semantic.models import MEMORY_KINDS
+from app.streams.events import Channel, Identifier
+from app.text.storable import StorableTag, StorableText
+
+
+class SearchRequest(BaseModel):
+    """What an agent asks; the tenant comes from its API key, never from the body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    query: StorableText = Field(min_length=1, max_length=8000)
+    limit: int = Field(default=10, ge=1, le=100)
+    unit: Literal["turns", "memories"] | None = Field(
+        default=None,
+        description="rank source turns (memories attached) or memories"
+        " (default: the server's setting, turns)",
+    )
+    channel: Channel | None = None
+    tags: list[StorableTag] = Field(default_factory=list, max_length=32)
+    kinds: list[Literal[MEMORY_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
+    since: datetime | None = None
+    until: datetime | None = None
+    min_importance: float | None = Field(default=None, ge=0, le=1)
+    include_superseded: bool = False
+    include_archived: bool = Field(
+        default=False, description="also memories decay archived (restore brings them back)"
+    )
+    include_turns: bool | None = Field(
+        default=None,
+        description="memories unit: search raw L2 turns too (default: the server's setting)",
+    )
+
+
+@dataclass
+class AttachedMemory:
+    """A memory extracted from a turn hit that helped find it."""
+
+    id: uuid.UUID
+    kind: str
+    content: str
+    importance: float
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchHit:
+    id: uuid.UUID
+    layer: Literal["memory", "turn"]
+    kind: str
+    content: str
+    score: float
+    parts: dict[str, float]
+    source_turn_ids: list[str]
+    session_id: uuid.UUID | None
+    occurred_at: datetime
+    channel: str | None = None
+    importance: float | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: uuid.UUID | None = None
+    tags: list[str] = field(default_factory=list)
+    topics: list[Any] = field(default_factory=list)
+    role: str | None = None
+    speaker: str | None = None
+    # The same turns as event ids (what POST /v1/events returned), in the same order.
+    event_ids: list[str] = field(default_factory=list)
+    # Turn hits: the memories extracted from this turn that voted for it, best first.
+    memories: list[AttachedMemory] = field(default_factory=list)
+
+
+@dataclass
+class SearchResult:
+    hits: list[SearchHit]
+    fusion: str
+    took_ms: float
+    unit: str = "turns"
+    # The time the query named ([start, end) and its words), when it named one.
+    time_window: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,234 @@
+"""The turns unit: source turns ranked by every key that points at them.
+
+The unit of evidence is what was said: a question is answered by a turn, and a memory is a
+distilled key that points at the turns it came from. Legs, each under the request's filter:
+the turns' own words (BM25) and vectors, the memories' words and vectors (each memory voting
+for the turns it cites), and, when the query names a time ("on 5 January", "last week"), the
+turns' words and vectors again inside that time. They are fused by rank
+(app/scoring/fusion.py), so no leg's score scale swamps another's, and the fused score is
+multiplied by the same bounded prior memories get (importance, recency, consolidation of the
+turn's memories). Memories that cite no turn (told through the API) are ranked beside turns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from app.config import Settings
+from app.layers.episodic import search as turn_search
+from app.layers.semantic import search as memory_search
+from app.scoring.fusion import Fused, Leg, fuse_turns
+from app.scoring.retrieval import PriorWeights, memory_prior, recency
+from app.services.search_memories import filters_of
+from app.services.search_models import AttachedMemory, SearchHit, SearchRequest
+from app.text.time_window import TimeWindow
+
+
+def _turn_filter(tenant_id: str, request: SearchRequest) -> turn_search.TurnFilter:
+    return turn_search.TurnFilter(
+        tenant_id=tenant_id,
+        user_id=request.user_id,
+        channel=request.channel,
+        since=request.since,
+        until=request.until,
+    )
+
+
+def _inside(base: turn_search.TurnFilter, window: TimeWindow) -> turn_search.TurnFilter | None:
+    since = max(filter(None, [base.since, window.start]))
+    until = min(filter(None, [base.until, window.end]))
+    return dataclasses.replace(base, since=since, until=until) if since < until else None
+
+
+def legs(
+    session: Any,
+    tenant_id: str,
+    request: SearchRequest,
+    vector: Sequence[float] | None,
+    settings: Settings,
+    window: TimeWindow | None,
+) -> tuple[list[Leg[uuid.UUID]], list[Leg[uuid.UUID]], dict[uuid.UUID, list[uuid.UUID]]]:
+    """(turn legs, memory legs, memory → its source turns), in the caller's transaction."""
+    pool = max(settings.search_candidates, request.limit)
+    ef = max(settings.search_ef_search, pool)
+    turn_legs: list[Leg[uuid.UUID]] = []
+    # Tags, kinds and importance describe memories: a raw turn has none, so it cannot match
+    # them itself, only through memories that do.
+    if not (request.tags or request.kinds or request.min_importance is not None):
+        turn_scope = _turn_filter(tenant_id, request)
+        scopes = [
+            (
+                "turn",
+                turn_scope,
+                settings.search_weight_turn_lexical,
+                settings.search_weight_turn_dense,
+            )
+        ]
+        inside = _inside(turn_scope, window) if window is not None else None
+        if inside is not None and settings.search_weight_time > 0:
+            scopes.append(
+                ("time", inside, settings.search_weight_time, settings.search_weight_time)
+            )
+        for name, scope, lexical_weight, dense_weight in scopes:
+            lexical = turn_search.lexical_candidates(session, scope, request.query, limit=pool)
+            turn_legs.append(Leg(f"{name}_lexical", lexical, lexical_weight))
+            if vector is not None:
+                dense = turn_search.dense_candidates(
+                    session, scope, vector, limit=pool, ef_search=ef
+                )
+                turn_legs.append(Leg(f"{name}_dense", dense, dense_weight))
+    memory_filter = filters_of(tenant_id, request)
+    memory_legs = [
+        Leg(
+            "memory_lexical",
+            memory_search.lexical_candidates(session, memory_filter, request.query, limit=pool),
+            settings.search_weight_lexical,
+        )
+    ]
+    if vector is not None:
+        memory_legs.append(
+            Leg(
+                "memory_dense",
+                memory_search.dense_candidates(
+                    session, memory_filter, vector, limit=pool, ef_search=ef
+                ),
+                settings.search_weight_dense,
+            )
+        )
+    cited = {m for leg in memory_legs for m in leg.scores}
+    sources = memory_search.source_turns(session, request.user_id, list(cited))
+    return turn_legs, memory_legs, sources
+
+
+def rank_turns(
+    session: Any,
+    tenant_id: str,
+    request: SearchRequest,
+    vector: Sequence[float] | None,
+    settings: Settings,
+    now: datetime,
+    window: TimeWindow | None,
+) -> list[SearchHit]:
+    """The turns unit, in the caller's (tenant-scoped) transaction."""
+    turn_legs, memory_legs, sources = legs(session, tenant_id, request, vector, settings, window)
+    fused = fuse_turns(
+        turn_legs,
+        memory_legs,
+        sources,
+        k=settings.search_rrf_k,
+        turns_per_memory=settings.search_turns_per_memory,
+        power=settings.search_rrf_score_power,
+    )
+    items = [(("turn", t), s) for t, s in fused.turns.items()]
+    items += [(("memory", m), s) for m, s in fused.memories.items()]
+    pool = sorted(items, key=lambda kv: (-kv[1], str(kv[0][1])))[: request.limit * 3]
+    turn_ids = [key[1] for key, _ in pool if key[0] == "turn"]
+    memory_ids = {key[1] for key, _ in pool if key[0] == "memory"}
+    memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
+    turn_rows = turn_search.turns_by_id(session, request.user_id, turn_ids)
+    memory_rows = memory_search.memories_by_id(session, request.user_id, list(memory_ids))
+    hits = _hits(pool, fused, turn_rows, memory_rows, settings, now)
+    return hits[: request.limit]
+
+
+def _hits(
+    pool: list[tuple[tuple[str, uuid.UUID], float]],
+    fused: Fused[uuid.UUID, uuid.UUID],
+    turn_rows: dict[uuid.UUID, Any],
+    memory_rows: dict[uuid.UUID, Any],
+    settings: Settings,
+    now: datetime,
+) -> list[SearchHit]:
+    weights = PriorWeights(
+        importance=settings.search_prior_importance,
+        recency=settings.search_prior_recency,
+        consolidation=settings.search_prior_consolidation,
+    )
+    hits: list[SearchHit] = []
+    for (layer, item_id), relevance in pool:
+        row = turn_rows.get(item_id) if layer == "turn" else memory_rows.get(item_id)
+        if row is None:
+            continue
+        attached = [memory_rows[m] for m in fused.via.get(item_id, []) if m in memory_rows]
+        keys = attached if layer == "turn" else [row]
+        age_days = (now - row.occurred_at).total_seconds() / 86_400
+        fresh = float(recency(age_days, settings.search_recency_half_life_days))
+        prior = float(
+            memory_prior(
+                importance=max((m.importance for m in keys), default=0.5),
+                recency_score=fresh,
+                consolidation=max((m.consolidation_strength for m in keys), default=0.0),
+                weights=weights,
+            )
+        )
+        parts = {
+            **fused.parts.get(item_id, {}),
+            "fused": round(relevance, 6),
+            "prior": round(prior, 6),
+            "recency": round(fresh, 6),
+        }
+        if keys:
+            parts["importance"] = round(max(m.importance for m in keys), 6)
+        hits.append(
+            _turn_hit(row, relevance * prior, parts, attached)
+            if layer == "turn"
+            else _memory_hit(row, relevance * prior, parts)
+        )
+    hits.sort(key=lambda h: (-h.score, str(h.id)))
+    return hits
+
+
+def _turn_hit(row: Any, score: float, parts: dict[str, float], memories: list[Any]) -> SearchHit:
+    return SearchHit(
+        id=row.id,
+        layer="turn",
+        kind="turn",
+        content=row.content,
+        score=score,
+        parts=parts,
+        source_turn_ids=[row.external_id],
+        event_ids=[str(row.id)],
+        session_id=row.session_id,
+        occurred_at=row.occurred_at,
+        channel=row.channel,
+        role=row.role,
+        speaker=row.speaker,
+        importance=max((m.importance for m in memories), default=None),
+        tags=sorted({tag for m in memories for tag in (m.tags or [])}),
+        memories=[
+            AttachedMemory(
+                id=m.id,
+                kind=m.kind,
+                content=m.content,
+                importance=m.importance,
+                tags=list(m.tags or []),
+            )
+            for m in memories
+        ],
+    )
+
+
+def _memory_hit(row: Any, score: float, parts: dict[str, float]) -> SearchHit:
+    return SearchHit(
+        id=row.id,
+        layer="memory",
+        kind=row.kind,
+        content=row.content,
+        score=score,
+        parts=parts,
+        source_turn_ids=list(row.source_external_ids or []),
+        event_ids=[str(t) for t in (row.source_ids or [])],
+        session_id=row.session_id,
+        occurred_at=row.occurred_at,
+        channel=row.channel,
+        importance=row.importance,
+        valid_from=row.valid_from,
+        valid_to=row.valid_to,
+        superseded_by=row.superseded_by,
+        tags=list(row.tags or []),
+        topics=list(row.topics or []),
+    )

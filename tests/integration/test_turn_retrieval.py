@@ -1,0 +1,157 @@
+"""The turns unit over real Postgres + pgvector, real Redis and the real local model: a turn is
+found by a paraphrase that shares no word with it, a date in the question picks that day's
+turn among look-alikes, a strong lexical match survives a dense leg that disagrees, a turn's
+memories vote for it and come back attached, and context packs the ranked turns."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.embedding.factory import get_embedder
+from app.services.attention import score_users
+from app.services.context import ContextRequest, assemble_context
+from app.services.memories import MemoryIn, RememberRequest, remember
+from tests.integration.test_hybrid_search import find, ingest, memory_from_turns, say
+
+T0 = datetime(2024, 1, 8, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def embedder(settings: Settings, redis_client: Any) -> Any:
+    return get_embedder(settings, redis_client)
+
+
+def converse(
+    settings: Settings,
+    client: Any,
+    embedder: Any,
+    tenant: str,
+    user: str,
+    lines: list[tuple[datetime, str]],
+) -> dict[str, Any]:
+    """Ingest the turns and score them (which gives each its vector); no extraction."""
+    rows = ingest(
+        settings, client, [say(tenant, user, n, text, at=at) for n, (at, text) in enumerate(lines)]
+    )
+    score_users(
+        settings=settings, client=client, embedder=embedder, tenant_id=tenant, user_ids=[user]
+    )
+    return rows
+
+
+def ranked_turns(result: Any) -> list[str]:
+    return [t for h in result.hits for t in h.source_turn_ids]
+
+
+def test_paraphrase_with_no_shared_word_finds_the_turn(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    lines = [
+        (T0, "Good morning! The weather is lovely today."),
+        (T0 + timedelta(minutes=1), "I always prefer aisle seats on long flights."),
+        (T0 + timedelta(minutes=2), "My cousin is visiting from Lisbon next month."),
+        (T0 + timedelta(minutes=3), "The quarterly report is due on Friday afternoon."),
+    ]
+    converse(settings, redis_client, embedder, tenant, "alice", lines)
+    result = find(tenant, settings, embedder, user_id="alice", query="where does she like to sit?")
+    assert result.unit == "turns"
+    assert ranked_turns(result)[0] == "alice-1", [(h.content, h.parts) for h in result.hits]
+    assert result.hits[0].layer == "turn" and "turn_dense" in result.hits[0].parts
+
+
+def test_remembered_memory_without_turns_is_found_by_paraphrase(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    remember(
+        tenant,
+        RememberRequest(user_id="alice", memories=[MemoryIn(content="I prefer aisle seats")]),
+        settings=settings,
+        embedder=embedder,
+    )
+    hits = find(tenant, settings, embedder, user_id="alice", query="where does Alice like to sit?")
+    assert hits.hits and hits.hits[0].layer == "memory"
+    assert hits.hits[0].content == "I prefer aisle seats"
+
+
+def test_a_date_in_the_question_picks_that_days_turn(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    days = [T0 + timedelta(days=7 * n) for n in range(4)]
+    lines = [
+        (at, f"Tonight I cooked a vegetable curry for dinner, dish number {n}.")
+        for n, at in enumerate(days)
+    ]
+    converse(settings, redis_client, embedder, tenant, "paola", lines)
+    day = days[2]
+    query = f"What did Paola cook on {day.day} {day:%B %Y}?"
+    result = find(tenant, settings, embedder, user_id="paola", query=query)
+    assert result.time_window is not None
+    assert ranked_turns(result)[0] == "paola-2", [(h.content, h.parts) for h in result.hits]
+    dotted = find(tenant, settings, embedder, user_id="paola", query=f"dinner on {day:%d.%m.%Y}")
+    assert ranked_turns(dotted)[0] == "paola-2"
+
+
+def test_first_lexical_match_stays_in_the_top_ten_when_dense_disagrees(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    # Thirty turns about travel are the dense leg's favourites for a travel question; the one
+    # turn naming the rare word "Zanzibar" is the lexical leg's first match.
+    lines = [
+        (T0 + timedelta(minutes=n), f"We travelled by train across the country, trip {n}.")
+        for n in range(30)
+    ]
+    lines.append((T0 + timedelta(hours=2), "Zanzibar: the spice market smelled of cloves."))
+    converse(settings, redis_client, embedder, tenant, "kevin", lines)
+    query = "which journeys and travels did we take by train, including Zanzibar?"
+    result = find(tenant, settings, embedder, user_id="kevin", query=query, limit=10)
+    assert "kevin-30" in ranked_turns(result)[:10], [(h.content, h.parts) for h in result.hits]
+
+
+def test_memories_vote_for_their_turn_and_come_back_attached(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    lines = [
+        (T0, "Yes, finally! She is called Luna and she is a golden retriever."),
+        (T0 + timedelta(minutes=1), "We walked along the river this afternoon."),
+    ]
+    rows = converse(settings, redis_client, embedder, tenant, "emi", lines)
+    memory_id = memory_from_turns(
+        tenant, "emi", "Emi adopted a dog named Luna.", [rows["emi-0"]], settings, embedder
+    )
+    result = find(tenant, settings, embedder, user_id="emi", query="What is the name of Emi's pet?")
+    top = result.hits[0]
+    assert top.layer == "turn" and top.source_turn_ids == ["emi-0"]
+    assert [m.id for m in top.memories] == [memory_id]
+    assert {"memory_dense", "fused", "prior"} <= set(top.parts)
+    memories = find(
+        tenant,
+        settings,
+        embedder,
+        user_id="emi",
+        query="What is the name of Emi's pet?",
+        unit="memories",
+    )
+    assert memories.unit == "memories" and memories.hits[0].id == memory_id
+
+
+def test_context_packs_the_ranked_turns_with_date_and_speaker(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    lines = [(T0, "I bought a red kayak at the harbour shop.")]
+    lines += [
+        (T0 + timedelta(days=n), f"Note {n}: nothing much happened today.") for n in range(1, 12)
+    ]
+    converse(settings, redis_client, embedder, tenant, "nico", lines)
+    result = assemble_context(
+        tenant,
+        ContextRequest(user_id="nico", query="what boat did Nico buy?", token_budget=300),
+        settings=settings,
+        embedder=embedder,
+        client=redis_client,
+    )
+    memories = result.text.split("## Relevant memories")[1]
+    assert "- [2024-01-08] Nico: I bought a red kayak at the harbour shop." in memories
