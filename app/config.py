@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     search_rrf_score_power: float = Field(
         default=0.5, ge=0, le=4, description="turns unit: votes scaled by (score / leg best)^p"
     )
-    search_weight_dense: float = Field(default=0.5, ge=0, le=4, description="memory vectors")
-    search_weight_lexical: float = Field(default=0.5, ge=0, le=4, description="memory words")
+    search_weight_dense: float = Field(default=1.0, ge=0, le=4, description="memory vectors")
+    search_weight_lexical: float = Field(default=1.0, ge=0, le=4, description="memory words")
     search_weight_turn_dense: float = Field(default=1.0, ge=0, le=4, description="turn vectors")
     search_weight_turn_lexical: float = Field(default=1.5, ge=0, le=4, description="turn words")
     search_weight_time: float = Field(

@@ -26,7 +26,7 @@ from app.scoring.retrieval import (
     reciprocal_rank_fusion,
     weighted_fusion,
 )
-from app.services.search_models import SearchHit, SearchRequest
+from app.services.search_models import SearchHit, SearchRequest, memory_hit, turn_hit
 
 Key = tuple[str, uuid.UUID]  # ("memory" | "turn", id)
 
@@ -195,45 +195,9 @@ def _rank(
             sources = _sources_by_relevance(row, rankings.turns)
             item_parts["importance"] = round(row.importance, 6)
             item_parts["consolidation"] = round(row.consolidation_strength, 6)
-            hits.append(
-                SearchHit(
-                    id=row.id,
-                    layer="memory",
-                    kind=row.kind,
-                    content=row.content,
-                    score=relevance * prior,
-                    parts=item_parts,
-                    source_turn_ids=[external for _, external in sources],
-                    event_ids=[str(turn_id) for turn_id, _ in sources],
-                    session_id=row.session_id,
-                    occurred_at=row.occurred_at,
-                    channel=row.channel,
-                    importance=row.importance,
-                    valid_from=row.valid_from,
-                    valid_to=row.valid_to,
-                    superseded_by=row.superseded_by,
-                    tags=list(row.tags or []),
-                    topics=list(row.topics or []),
-                )
-            )
+            hits.append(memory_hit(row, relevance * prior, item_parts, sources))
         else:
-            hits.append(
-                SearchHit(
-                    id=row.id,
-                    layer="turn",
-                    kind="turn",
-                    content=row.content,
-                    score=relevance * prior,
-                    parts=item_parts,
-                    source_turn_ids=[row.external_id],
-                    event_ids=[str(row.id)],
-                    session_id=row.session_id,
-                    occurred_at=row.occurred_at,
-                    channel=row.channel,
-                    role=row.role,
-                    speaker=row.speaker,
-                )
-            )
+            hits.append(turn_hit(row, relevance * prior, item_parts))
     hits.sort(key=lambda h: (-h.score, str(h.id)))
     return hits
 

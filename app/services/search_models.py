@@ -89,3 +89,63 @@ class SearchResult:
     # The time the query named ([start, end) and its words), when it named one.
     time_window: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def memory_hit(
+    row: Any, score: float, parts: dict[str, float], sources: list[tuple[uuid.UUID, str]]
+) -> SearchHit:
+    """A memory row (semantic.search.memories_by_id) as a hit; `sources` are its source
+    turns as (event id, external id), in the order to show them."""
+    return SearchHit(
+        id=row.id,
+        layer="memory",
+        kind=row.kind,
+        content=row.content,
+        score=score,
+        parts=parts,
+        source_turn_ids=[external for _, external in sources],
+        event_ids=[str(turn_id) for turn_id, _ in sources],
+        session_id=row.session_id,
+        occurred_at=row.occurred_at,
+        channel=row.channel,
+        importance=row.importance,
+        valid_from=row.valid_from,
+        valid_to=row.valid_to,
+        superseded_by=row.superseded_by,
+        tags=list(row.tags or []),
+        topics=list(row.topics or []),
+    )
+
+
+def turn_hit(
+    row: Any, score: float, parts: dict[str, float], memories: list[Any] | None = None
+) -> SearchHit:
+    """A turn row (episodic.search.turns_by_id) as a hit, with the memory rows attached."""
+    memories = memories or []
+    return SearchHit(
+        id=row.id,
+        layer="turn",
+        kind="turn",
+        content=row.content,
+        score=score,
+        parts=parts,
+        source_turn_ids=[row.external_id],
+        event_ids=[str(row.id)],
+        session_id=row.session_id,
+        occurred_at=row.occurred_at,
+        channel=row.channel,
+        role=row.role,
+        speaker=row.speaker,
+        importance=max((m.importance for m in memories), default=None),
+        tags=sorted({tag for m in memories for tag in (m.tags or [])}),
+        memories=[
+            AttachedMemory(
+                id=m.id,
+                kind=m.kind,
+                content=m.content,
+                importance=m.importance,
+                tags=list(m.tags or []),
+            )
+            for m in memories
+        ],
+    )

@@ -24,7 +24,7 @@ from app.layers.semantic import search as memory_search
 from app.scoring.fusion import Fused, Leg, fuse_turns
 from app.scoring.retrieval import PriorWeights, memory_prior, recency
 from app.services.search_memories import filters_of
-from app.services.search_models import AttachedMemory, SearchHit, SearchRequest
+from app.services.search_models import SearchHit, SearchRequest, memory_hit, turn_hit
 from app.text.time_window import TimeWindow
 
 
@@ -174,61 +174,14 @@ def _hits(
         if keys:
             parts["importance"] = round(max(m.importance for m in keys), 6)
         hits.append(
-            _turn_hit(row, relevance * prior, parts, attached)
+            turn_hit(row, relevance * prior, parts, attached)
             if layer == "turn"
-            else _memory_hit(row, relevance * prior, parts)
+            else memory_hit(
+                row,
+                relevance * prior,
+                parts,
+                list(zip(row.source_ids or [], row.source_external_ids or [], strict=False)),
+            )
         )
     hits.sort(key=lambda h: (-h.score, str(h.id)))
     return hits
-
-
-def _turn_hit(row: Any, score: float, parts: dict[str, float], memories: list[Any]) -> SearchHit:
-    return SearchHit(
-        id=row.id,
-        layer="turn",
-        kind="turn",
-        content=row.content,
-        score=score,
-        parts=parts,
-        source_turn_ids=[row.external_id],
-        event_ids=[str(row.id)],
-        session_id=row.session_id,
-        occurred_at=row.occurred_at,
-        channel=row.channel,
-        role=row.role,
-        speaker=row.speaker,
-        importance=max((m.importance for m in memories), default=None),
-        tags=sorted({tag for m in memories for tag in (m.tags or [])}),
-        memories=[
-            AttachedMemory(
-                id=m.id,
-                kind=m.kind,
-                content=m.content,
-                importance=m.importance,
-                tags=list(m.tags or []),
-            )
-            for m in memories
-        ],
-    )
-
-
-def _memory_hit(row: Any, score: float, parts: dict[str, float]) -> SearchHit:
-    return SearchHit(
-        id=row.id,
-        layer="memory",
-        kind=row.kind,
-        content=row.content,
-        score=score,
-        parts=parts,
-        source_turn_ids=list(row.source_external_ids or []),
-        event_ids=[str(t) for t in (row.source_ids or [])],
-        session_id=row.session_id,
-        occurred_at=row.occurred_at,
-        channel=row.channel,
-        importance=row.importance,
-        valid_from=row.valid_from,
-        valid_to=row.valid_to,
-        superseded_by=row.superseded_by,
-        tags=list(row.tags or []),
-        topics=list(row.topics or []),
-    )
