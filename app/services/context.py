@@ -42,8 +42,8 @@ from app.text.tokens import count_tokens
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
-# Ranked turns are short: a 2,000-token budget holds ~40 of them once the conversation is in.
-MEMORY_CANDIDATES = 40
+# Ranked turns are short: a 2,000-token budget holds ~50 of them when the conversation is short.
+MEMORY_CANDIDATES = 60
 HEADERS = {
     "summary": "## Earlier in this conversation",
     "turns": "## Conversation",
