@@ -247,8 +247,7 @@ def delete_user(
     request: Request,
 ) -> dict[str, Any]:
     """Forget a user: every layer and every Redis key of theirs; returns what was removed."""
-    if not _valid_identifier(user_id):
-        raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})
+    _check_user_id(user_id)
     state = _state(request)
     report = forget_user(
         tenant_id=tenant, user_id=user_id, settings=state.settings, client=state.redis
@@ -294,10 +293,6 @@ def stats(tenant: Tenant) -> dict[str, Any]:
     return tenant_stats(tenant)
 
 
-def _valid_identifier(value: str) -> bool:
-    return re.match(IDENTIFIER, value) is not None
-
-
 def _check_user_id(user_id: str) -> None:
-    if not _valid_identifier(user_id):
+    if re.match(IDENTIFIER, user_id) is None:
         raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})

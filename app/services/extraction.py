@@ -10,7 +10,6 @@ never stops the other users' batches; beat retries it later.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from app.layers.semantic import repository as semantic
 from app.layers.semantic.service import store_gems
 from app.layers.working.store import WorkingMemoryStore
 from app.services.ingest import user_lock_key
+from app.services.jobs import lock_key
 from app.text.tokens import count_tokens
 
 _log = logging.getLogger(__name__)
@@ -71,12 +71,6 @@ MAX_IN_FLIGHT = 2  # batches of one user on their way through the chain at once
 CLAIM_CHUNK = 100  # users per claim transaction (each holds one advisory lock per user)
 
 
-def claim_lock_key(tenant_id: str, user_id: str) -> int:
-    """The lock claims of one user take (not the user lock store holds: claims never wait)."""
-    digest = hashlib.blake2b(f"claim\x1f{tenant_id}\x1f{user_id}".encode(), digest_size=8)
-    return int.from_bytes(digest.digest(), "big", signed=True)
-
-
 def claim(
     settings: Settings, tenant_id: str, triggers: dict[str, str], *, bounded: bool = False
 ) -> list[BatchRef]:
@@ -110,7 +104,8 @@ def claim_batches(
         with unit_of_work(tenant_id) as session:
             busy: dict[str, int] = {}
             if bounded:
-                keys = [claim_lock_key(tenant_id, u) for u in chunk]
+                # Not the user lock store holds: claims never wait for a store.
+                keys = [lock_key("extraction.claim", tenant_id, u) for u in chunk]
                 episodic.lock_users(session=session, keys=keys)
                 busy = semantic.fresh_in_flight_counts(
                     session=session, tenant_id=tenant_id, user_ids=chunk, updated_after=fresh_after

@@ -61,8 +61,7 @@ def filters_of(tenant_id: str, request: SearchRequest) -> memory_search.MemoryFi
 
 
 def turns_searchable(request: SearchRequest, settings: Settings) -> bool:
-    # Tags, kinds and importance describe memories; a raw turn has none, so it cannot match.
-    if request.tags or request.kinds or request.min_importance is not None:
+    if request.filters_memories_only:
         return False
     if request.include_turns is not None:
         return request.include_turns

@@ -42,6 +42,12 @@ class SearchRequest(BaseModel):
         description="memories unit: search raw L2 turns too (default: the server's setting)",
     )
 
+    @property
+    def filters_memories_only(self) -> bool:
+        """Tags, kinds and importance describe memories: a raw turn has none, so it cannot
+        match them itself, only through memories that do."""
+        return bool(self.tags or self.kinds or self.min_importance is not None)
+
 
 @dataclass
 class AttachedMemory:

@@ -56,9 +56,7 @@ def legs(
     pool = max(settings.search_candidates, request.limit)
     ef = max(settings.search_ef_search, pool)
     turn_legs: list[Leg[uuid.UUID]] = []
-    # Tags, kinds and importance describe memories: a raw turn has none, so it cannot match
-    # them itself, only through memories that do.
-    if not (request.tags or request.kinds or request.min_importance is not None):
+    if not request.filters_memories_only:
         turn_scope = _turn_filter(tenant_id, request)
         scopes = [
             (
@@ -130,7 +128,10 @@ def rank_turns(
     memory_ids = {key[1] for key, _ in pool if key[0] == "memory"}
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
     turn_rows = turn_search.turns_by_id(session, request.user_id, turn_ids)
-    memory_rows = memory_search.memories_by_id(session, request.user_id, list(memory_ids))
+    # Memories ranked here cite no turn, and attached ones are shown without theirs.
+    memory_rows = memory_search.memories_by_id(
+        session, request.user_id, list(memory_ids), sources=False
+    )
     hits = _hits(pool, fused, turn_rows, memory_rows, settings, now)
     return hits[: request.limit]
 
@@ -176,12 +177,7 @@ def _hits(
         hits.append(
             turn_hit(row, relevance * prior, parts, attached)
             if layer == "turn"
-            else memory_hit(
-                row,
-                relevance * prior,
-                parts,
-                list(zip(row.source_ids or [], row.source_external_ids or [], strict=False)),
-            )
+            else memory_hit(row, relevance * prior, parts, [])
         )
     hits.sort(key=lambda h: (-h.score, str(h.id)))
     return hits

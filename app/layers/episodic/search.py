@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.db.fulltext import FulltextScope, bm25_candidates
-from app.layers.semantic.repository import vector_literal
+from app.db.nearest import nearest
 
 
 @dataclass(frozen=True)
@@ -80,19 +80,9 @@ def dense_candidates(
     """turn id → cosine similarity of the `limit` nearest turns of the user in the filter
     (iterative HNSW scan, so the user filter does not leave the answer short)."""
     where, params = turn_filter.clause()
-    session.execute(text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(ef_search)})
-    session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-    rows = session.execute(
-        text(
-            "SELECT id, 1 - distance AS cosine FROM (SELECT id,"  # noqa: S608
-            " embedding <=> CAST(:vector AS vector) AS distance FROM episodic.turns"
-            f" WHERE {where} AND embedding IS NOT NULL"
-            " ORDER BY embedding <=> CAST(:vector AS vector) LIMIT :limit) AS c"
-            " ORDER BY distance"
-        ),
-        {**params, "vector": vector_literal(vector), "limit": limit},
-    ).all()
-    return {row.id: float(row.cosine) for row in rows}
+    return nearest(
+        session, "episodic.turns", where, params, vector, limit=limit, ef_search=ef_search
+    )
 
 
 # The index-backed match under the tenant's scope (see the recall migration for why).

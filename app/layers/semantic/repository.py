@@ -11,13 +11,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-_SIX_DIGITS = "{:.6g}".format  # as fast as formatting gets in Python (~0.1 ms per 384 floats)
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form; vectors travel as text inside JSON documents and arrays."""
-    return "[" + ",".join(map(_SIX_DIGITS, vector)) + "]"
-
+# Re-exported: the layers' callers import it from here.
+from app.db.nearest import vector_literal as vector_literal
 
 # -- extraction batches --------------------------------------------------------------------
 
@@ -155,6 +150,30 @@ def users_of_batches(*, session: Session, batch_ids: Sequence[uuid.UUID]) -> lis
 
 
 # -- memories ------------------------------------------------------------------------------
+
+
+def cited_turns(
+    *, session: Session, tenant_id: str, user_id: str, ids: Sequence[Any], hashes: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Source turns of the memories these gems would reinforce: by id (near-duplicates) and
+    by content hash (exact twins, merged by the insert)."""
+    if not ids and not hashes:
+        return {}, {}
+    rows = session.execute(
+        text(
+            "SELECT id, content_hash, source_turn_ids FROM semantic.memories"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) AND tenant_id = :tenant AND user_id = :user"
+            " UNION SELECT id, content_hash, source_turn_ids FROM semantic.memories"
+            " WHERE tenant_id = :tenant AND user_id = :user AND content_hash = ANY(:hashes)"
+        ),
+        {"tenant": tenant_id, "user": user_id, "ids": [str(i) for i in ids], "hashes": hashes},
+    )
+    by_id: dict[str, list[str]] = {}
+    by_hash: dict[str, list[str]] = {}
+    for memory_id, digest, sources in rows:
+        cited = [str(s) for s in sources or []]
+        by_id[str(memory_id)] = by_hash[digest] = cited
+    return by_id, by_hash
 
 
 def nearest_per_vector(

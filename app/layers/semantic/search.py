@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.db.fulltext import FulltextScope, bm25_candidates
-from app.layers.semantic.repository import vector_literal
+from app.db.nearest import nearest
 
 
 @dataclass(frozen=True)
@@ -86,26 +86,16 @@ def dense_candidates(
     `exact` disables the index for this transaction: the ground truth ANN recall is
     measured against."""
     where, params = memory_filter.clause()
-    if exact:
-        session.execute(text("SET LOCAL enable_indexscan = off"))
-    else:
-        session.execute(
-            text("SELECT set_config('hnsw.ef_search', :ef, true)"), {"ef": str(ef_search)}
-        )
-        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-    rows = session.execute(
-        text(
-            "SELECT id, 1 - distance AS cosine FROM (SELECT id,"  # noqa: S608
-            " embedding <=> CAST(:vector AS vector) AS distance FROM semantic.memories"
-            f" WHERE {where} AND embedding IS NOT NULL"
-            " ORDER BY embedding <=> CAST(:vector AS vector) LIMIT :limit) AS c"
-            " ORDER BY distance"
-        ),
-        {**params, "vector": vector_literal(vector), "limit": limit},
-    ).all()
-    if exact:
-        session.execute(text("SET LOCAL enable_indexscan = on"))
-    return {row.id: float(row.cosine) for row in rows}
+    return nearest(
+        session,
+        "semantic.memories",
+        where,
+        params,
+        vector,
+        limit=limit,
+        ef_search=ef_search,
+        exact=exact,
+    )
 
 
 def lexical_candidates(
@@ -189,21 +179,26 @@ SOURCE_TURNS = (
 
 
 def memories_by_id(
-    session: Session, user_id: str | None, ids: Sequence[uuid.UUID]
+    session: Session, user_id: str | None, ids: Sequence[uuid.UUID], *, sources: bool = True
 ) -> dict[uuid.UUID, Any]:
     """The rows for these ids (of this user; any user of the tenant when None), each with its
-    source turns' ids and external ids."""
+    source turns' ids and external ids (empty lists with `sources=False`: the turns unit
+    already knows them, and two subqueries per memory are most of this read's cost)."""
     if not ids:
         return {}
+    turns = SOURCE_TURNS if sources else _NO_SOURCE_TURNS
     rows = session.execute(
         text(
-            f"SELECT {MEMORY_FIELDS}, {SOURCE_TURNS}"  # noqa: S608
+            f"SELECT {MEMORY_FIELDS}, {turns}"  # noqa: S608
             " FROM semantic.memories AS m WHERE (CAST(:user AS text) IS NULL OR m.user_id = :user)"
             " AND m.id = ANY(CAST(:ids AS uuid[]))"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
     return {row.id: row for row in rows}
+
+
+_NO_SOURCE_TURNS = "CAST('{}' AS text[]) AS source_external_ids, CAST('{}' AS uuid[]) AS source_ids"
 
 
 def memory_embeddings(

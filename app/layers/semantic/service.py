@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.config import Settings
@@ -100,30 +99,6 @@ def cite(cited: Sequence[str], more: Sequence[str], limit: int = MAX_SOURCE_TURN
         if turn not in out:
             out.append(turn)
     return out
-
-
-def _cited_by(
-    session: Session, tenant_id: str, user_id: str, ids: Sequence[Any], hashes: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Source turns of the memories these gems would reinforce: by id (near-duplicates) and
-    by content hash (exact twins, merged by the insert)."""
-    if not ids and not hashes:
-        return {}, {}
-    rows = session.execute(
-        text(
-            "SELECT id, content_hash, source_turn_ids FROM semantic.memories"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) AND tenant_id = :tenant AND user_id = :user"
-            " UNION SELECT id, content_hash, source_turn_ids FROM semantic.memories"
-            " WHERE tenant_id = :tenant AND user_id = :user AND content_hash = ANY(:hashes)"
-        ),
-        {"tenant": tenant_id, "user": user_id, "ids": [str(i) for i in ids], "hashes": hashes},
-    )
-    by_id: dict[str, list[str]] = {}
-    by_hash: dict[str, list[str]] = {}
-    for memory_id, digest, sources in rows:
-        cited = [str(s) for s in sources or []]
-        by_id[str(memory_id)] = by_hash[digest] = cited
-    return by_id, by_hash
 
 
 def store_gems(
@@ -257,8 +232,12 @@ def store_gems(
 
     # Reinforcing adds only the turns a memory can still cite (MAX_SOURCE_TURNS); so does an
     # exact twin of a stored memory, which the insert merges into it.
-    cited_by_id, cited_by_hash = _cited_by(
-        session, tenant_id, user_id, [m for _, m in matches], [r["content_hash"] for r in new_rows]
+    cited_by_id, cited_by_hash = repository.cited_turns(
+        session=session,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        ids=[m for _, m in matches],
+        hashes=[r["content_hash"] for r in new_rows],
     )
     # One row per memory (an UPDATE … FROM applies only one of several rows for the same
     # id); `cited` grows as rows are planned, shared by the id and hash views of a memory.
