@@ -144,6 +144,16 @@ class Settings(BaseSettings):
     search_weight_time: float = Field(
         default=1.0, ge=0, le=4, description="turns inside a time the query names"
     )
+    # Multi-hop: memories sharing an entity (not a hub) with the question or the best memories.
+    search_weight_entity: float = Field(
+        default=0.3, ge=0, le=4, description="memories reached through L4 entities"
+    )
+    search_entity_seeds: int = Field(
+        default=5, ge=0, le=50, description="best first-hop memories whose entities seed L4"
+    )
+    search_entity_hub_share: float = Field(
+        default=0.05, gt=0, le=1, description="entities in more of the memories seed nothing"
+    )
     search_turns_per_memory: int = Field(
         default=3, ge=1, le=50, description="source turns a memory hit lends its rank to"
     )

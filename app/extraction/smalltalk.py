@@ -76,6 +76,7 @@ _FIRST_PERSON = re.compile(
     r"|ourselves)\b",
     _I,
 )
+_LOOSE_END = re.compile(r"(?<=[.!?])\s+")
 _LABEL = re.compile(r"^[^\W\d_][\w .'-]{0,40}:\s+")  # "Alice: " before a quoted answer
 _CLAUSE = re.compile(r"[,;:!?.\u2026\u2014\u2013()\"]+|\s-+\s")
 
@@ -192,6 +193,11 @@ def says_nothing(text: str) -> bool:
     sentences = split_sentences(text.replace("\u2019", "'"))
     for sentence in sentences:
         sentence = _LABEL.sub("", sentence)
-        if not is_bare_question(sentence) and not is_small_talk_sentence(sentence):
+        if is_bare_question(sentence) or is_small_talk_sentence(sentence):
+            continue
+        # The splitter keeps "Good night, Bea. lol." whole (a lower-case word after a full
+        # stop reads as an abbreviation); small talk is judged piece by piece.
+        pieces = [p for p in _LOOSE_END.split(sentence) if p.strip()]
+        if len(pieces) < 2 or not all(is_small_talk_sentence(p) for p in pieces):
             return False
     return True

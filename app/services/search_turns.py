@@ -4,7 +4,9 @@ The unit of evidence is what was said: a question is answered by a turn, and a m
 distilled key that points at the turns it came from. Legs, each under the request's filter:
 the turns' own words (BM25) and vectors, the memories' words and vectors (each memory voting
 for the turns it cites), and, when the query names a time ("on 5 January", "last week"), the
-turns' words and vectors again inside that time. They are fused by rank
+turns' words and vectors again inside that time; and the memories reached through the
+entities the question names or the best memories mention (L4, app/layers/conceptual/search.py:
+the second hop of a multi-hop question). They are fused by rank
 (app/scoring/fusion.py), so no leg's score scale swamps another's, and the fused score is
 multiplied by the same bounded prior memories get (importance, recency, consolidation of the
 turn's memories). Memories that cite no turn (told through the API) are ranked beside turns.
@@ -19,10 +21,13 @@ from datetime import datetime
 from typing import Any
 
 from app.config import Settings
+from app.extraction.entities import extract_entities
+from app.layers.conceptual.search import entity_links
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.scoring.fusion import Fused, Leg, fuse_turns
 from app.scoring.retrieval import PriorWeights, memory_prior, recency
+from app.scoring.spreading import first_hop, spread
 from app.services.search_memories import filters_of
 from app.services.search_models import SearchHit, SearchRequest, memory_hit, turn_hit
 from app.text.time_window import TimeWindow
@@ -97,9 +102,38 @@ def legs(
                 settings.search_weight_dense,
             )
         )
+    if vector is not None and settings.search_weight_entity > 0:
+        memory_legs.append(
+            _entity_leg(session, memory_filter, request, vector, memory_legs, settings)
+        )
     cited = {m for leg in memory_legs for m in leg.scores}
     sources = memory_search.source_turns(session, request.user_id, list(cited))
     return turn_legs, memory_legs, sources
+
+
+def _entity_leg(
+    session: Any,
+    memory_filter: Any,
+    request: SearchRequest,
+    vector: Sequence[float],
+    first: list[Leg[uuid.UUID]],
+    settings: Settings,
+) -> Leg[uuid.UUID]:
+    """Memories sharing a (non-hub) entity with the question or the first hop's best."""
+    found = first_hop(((leg.scores, leg.weight) for leg in first), k=settings.search_rrf_k)
+    seeds = sorted(found, key=lambda m: (-found[m], str(m)))[: settings.search_entity_seeds]
+    mentions, _ = extract_entities(request.query)
+    links = entity_links(
+        session,
+        memory_filter,
+        names=[m.canonical for m in mentions],
+        seed_memories=seeds,
+        vector=vector,
+        hub_share=settings.search_entity_hub_share,
+    )
+    activation = {m: found[m] for m in seeds}
+    scores = spread(activation, links, limit=max(settings.search_candidates, request.limit))
+    return Leg("memory_entity", scores, settings.search_weight_entity)
 
 
 def rank_turns(
