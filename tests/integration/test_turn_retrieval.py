@@ -155,3 +155,28 @@ def test_context_packs_the_ranked_turns_with_date_and_speaker(
     )
     memories = result.text.split("## Relevant memories")[1]
     assert "- [2024-01-08] Nico: I bought a red kayak at the harbour shop." in memories
+
+
+def test_a_question_about_one_speaker_favours_that_speakers_turns(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    # The same words from both sides of the conversation; the question names Mia.
+    lines = [
+        (T0, "Honestly I could spend every weekend hiking up in the mountains."),
+        (T0 + timedelta(minutes=1), "Honestly I could spend every weekend hiking up in the hills."),
+    ]
+    converse(settings, redis_client, embedder, tenant, "mia", lines)
+    query = "Where would Mia spend every weekend hiking?"
+    result = find(tenant, settings, embedder, user_id="mia", query=query)
+    assert ranked_turns(result)[0] == "mia-0", [(h.content, h.parts) for h in result.hits]
+    assert result.hits[0].parts.get("speaker_named") == 1.0
+    assert "speaker_named" not in result.hits[1].parts
+    plain = find(
+        tenant,
+        settings.model_copy(update={"search_speaker_boost": 0.0}),
+        embedder,
+        user_id="mia",
+        query=query,
+    )
+    ratio = result.hits[0].score / result.hits[1].score
+    assert ratio > plain.hits[0].score / plain.hits[1].score

@@ -93,3 +93,13 @@ def test_any_written_date_gives_a_window_holding_it(day: date) -> None:
         window = time_window(f"what happened on {written}?", NOW)
         assert window is not None, written
         assert window.start.date() < day < window.end.date(), written
+
+
+def test_a_speaker_is_named_only_as_a_whole_word() -> None:
+    from app.services.search_turns import names_speaker
+
+    assert names_speaker("What are Kate's hobbies?", "Kate")
+    assert names_speaker("what did kate say", "Kate")
+    assert not names_speaker("What did Katelyn say?", "Kate")
+    assert not names_speaker("Also, what happened?", "Al")
+    assert not names_speaker("anything", " ")

@@ -93,8 +93,23 @@ _MATCH = text(
 
 
 _TURN_FIELDS = (
-    "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at, metadata"
+    "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at,"
+    " metadata, flags"
 )
+
+
+def speakers_of(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """turn id → speaker, for the turns that name one (a light read of every fused turn)."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        text(
+            "SELECT id, speaker FROM episodic.turns WHERE user_id = :user"
+            " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: row.speaker for row in rows}
 
 
 def turns_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
