@@ -177,6 +177,12 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8080, ge=1, le=65535)
     api_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    api_key_stale_s: float = Field(
+        default=900,
+        ge=0,
+        le=86_400,
+        description="while Postgres is down, a key confirmed this recently still sends events",
+    )
     procedure_min_confidence: float = Field(default=0.7, ge=0, le=1)
     procedure_min_similarity: float = Field(default=0.75, ge=-1, le=1)
 
@@ -227,13 +233,22 @@ class Settings(BaseSettings):
     flower_port: int = 5555
     flower_user: str = "engram"
     flower_password: SecretStr = SecretStr(DEFAULT_FLOWER_PASSWORD)
+    flower_password_file: Path | None = Field(
+        default=None, description="file holding Flower's password (wins over the variable)"
+    )
 
     @model_validator(mode="after")
     def check_production(self) -> Settings:
         """Refuse development defaults where they would be a hole in production."""
         if self.environment == "production":
-            if self.flower_password.get_secret_value() == DEFAULT_FLOWER_PASSWORD:
-                raise ValueError("ENGRAM_FLOWER_PASSWORD must be set in production")
+            if (
+                self.flower_password_file is None
+                and self.flower_password.get_secret_value() == DEFAULT_FLOWER_PASSWORD
+            ):
+                raise ValueError(
+                    "ENGRAM_FLOWER_PASSWORD (or ENGRAM_FLOWER_PASSWORD_FILE) must be set "
+                    "in production"
+                )
             if not self.database_url or not self.app_database_url or not self.redis_url:
                 raise ValueError(
                     "production needs DATABASE_URL, APP_DATABASE_URL and REDIS_URL explicitly"

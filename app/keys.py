@@ -106,6 +106,12 @@ class RedisKeys:
         """Set of `tenant|user` members whose access buffer has records to apply."""
         return f"{self.prefix}:access:pending"
 
+    # API keys (see app/services/tenants.py).
+    def revoked_key(self, tenant_id: str, key_prefix: str) -> str:
+        """Marks a revoked key for API processes answering from their cache while Postgres is
+        down; expires once no cache could still hold the key."""
+        return f"{self.prefix}:auth:revoked:{{{tenant_id}}}:{key_prefix}"
+
     # Embedding cache (see app/embedding/cache.py).
     def embedding_cache(self, digest: str) -> str:
         """One vector (float32 bytes); expires after ENGRAM_EMBEDDING_CACHE_TTL_S."""

@@ -6,10 +6,11 @@ I/O; the broker URL is resolved then, starting the embedded Redis if that is the
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import import_modules, worker_process_init
 
 from app.config import get_settings
 from app.redis_client import resolve_redis_url
@@ -79,6 +80,15 @@ def _fresh_connections_after_fork(**_: Any) -> None:
     from app.db.session import dispose_engines
 
     dispose_engines(close=False)
+
+
+@import_modules.connect(sender=app)
+def _flower_behind_auth(**_: Any) -> None:
+    """Flower sends this from its constructor: gate all of its paths (workers/flower_auth.py)."""
+    if "flower.app" in sys.modules:
+        from workers.flower_auth import install_gate
+
+        install_gate()
 
 
 def _install_consumer_step() -> None:

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.outage import RETRY_AFTER_S, install_outage_handlers
 from app.api.routes import router
 from app.config import Settings, get_settings
 from app.db.session import unit_of_work
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
+    install_outage_handlers(app)
     app.include_router(router)
 
     @app.exception_handler(RequestValidationError)
@@ -140,23 +142,27 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
 
     @app.get("/healthz", tags=["operations"])
     def healthz(request: Request) -> JSONResponse:
-        """Database and Redis reachable (no key needed; reveals nothing about tenants)."""
+        """Database and Redis reachable, each named (no key needed; reveals nothing about
+        tenants): 200 if both answer, else 503 with the ones down in `unavailable`."""
         checks: dict[str, str] = {}
         try:
             with unit_of_work() as session:
                 session.execute(text("SELECT 1"))
             checks["database"] = "ok"
         except Exception as exc:  # any failure is the answer here
-            checks["database"] = f"error: {type(exc).__name__}"
+            checks["database"] = f"down: {type(exc).__name__}"
         try:
             request.app.state.engram.redis.ping()
             checks["redis"] = "ok"
         except redis.RedisError as exc:
-            checks["redis"] = f"error: {type(exc).__name__}"
-        healthy = all(v == "ok" for v in checks.values())
+            checks["redis"] = f"down: {type(exc).__name__}"
+        down = sorted(name for name, state in checks.items() if state != "ok")
+        if not down:
+            return JSONResponse({"status": "ok", "checks": checks})
         return JSONResponse(
-            {"status": "ok" if healthy else "degraded", "checks": checks},
-            status_code=status.HTTP_200_OK if healthy else status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"status": "degraded", "checks": checks, "unavailable": down},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
         )
 
     return app

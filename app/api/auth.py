@@ -1,45 +1,122 @@
 """API keys → tenant. Every route but /healthz depends on `tenant_id`; the tenant it returns
-scopes every query the route runs (row-level security), and nothing in a body can widen it."""
+scopes every query the route runs (row-level security), and nothing in a body can widen it.
+
+Keys are checked against Postgres and cached per API process, with two bounds:
+
+- fresh: an answer is reused for CACHE_TTL_S, so a revocation takes effect within that time on
+  every process while Postgres answers;
+- last-known-good: while Postgres does not answer, a key Postgres confirmed within
+  `api_key_stale_s` (15 minutes by default) is still taken, so capture, which needs only Redis,
+  goes on through a database outage. A key revoked before the outage is refused all the same:
+  `revoke_key` leaves a marker in Redis, checked on this path. Without Redis that check cannot
+  be made, and the request gets 503. A key not confirmed within the bound gets 503 with
+  Retry-After (app/api/outage.py), never 401: its state is unknown, not bad.
+
+Routes behind a stale key that need Postgres fail on their own with 503; only those served by
+Redis alone (capture) answer normally.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.services.tenants import key_digest, tenant_for_key
+from app.api.outage import database_down
+from app.services.tenants import key_digest, revocation_announced, tenant_for_key
 
-# Revocation takes effect within this many seconds on every API process.
+_log = logging.getLogger(__name__)
+
+# Revocation takes effect within this many seconds on every API process (Postgres up).
 CACHE_TTL_S = 5.0
+MAX_ENTRIES = 10_000
 
 _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 _header = APIKeyHeader(name="X-API-Key", auto_error=False)
 
 
-class _KeyCache:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[str | None, float]] = {}
+class KeyRevokedError(Exception):
+    """Postgres is down, but Redis says this key was revoked."""
 
-    def get(self, key: str) -> str | None:
+
+@dataclass
+class _Entry:
+    tenant: str | None
+    fresh_until: float  # reuse without asking Postgres until then
+    confirmed_at: float  # when Postgres last said this key is live (tenant is not None)
+
+
+class KeyCache:
+    """Per-process cache of key digest → tenant, with a last-known-good fallback."""
+
+    def __init__(
+        self,
+        lookup: Callable[[str], str | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lookup = lookup
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+
+    def get(self, key: str, *, stale_s: float, revoked: Callable[[str], bool]) -> str | None:
+        """The key's tenant, or None if it is unknown or revoked. Raises the database error if
+        Postgres is down and no usable last-known-good entry exists; `revoked(tenant)` is asked
+        only then, and KeyRevokedError raised if it says so."""
         digest = key_digest(key)
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
-            found = self._entries.get(digest)
-        if found is not None and found[1] > now:
-            return found[0]
-        tenant = tenant_for_key(key)
-        with self._lock:
-            if len(self._entries) > 10_000:
-                self._entries.clear()
-            self._entries[digest] = (tenant, now + CACHE_TTL_S)
+            entry = self._entries.get(digest)
+        if entry is not None and entry.fresh_until > now:
+            return entry.tenant
+        try:
+            tenant = self._lookup(key)
+        except Exception as exc:
+            if not database_down(exc) or entry is None or entry.tenant is None:
+                raise
+            if now - entry.confirmed_at > stale_s:
+                raise
+            if revoked(entry.tenant):
+                self._store(digest, _Entry(None, now + CACHE_TTL_S, now))
+                raise KeyRevokedError from exc
+            # Ask Postgres again after a TTL, not on every request of the outage; never past
+            # the bound.
+            until = min(now + CACHE_TTL_S, entry.confirmed_at + stale_s)
+            self._store(digest, _Entry(entry.tenant, until, entry.confirmed_at))
+            return entry.tenant
+        self._store(digest, _Entry(tenant, now + CACHE_TTL_S, now))
         return tenant
 
+    def _store(self, digest: str, entry: _Entry) -> None:
+        with self._lock:
+            if len(self._entries) >= MAX_ENTRIES and digest not in self._entries:
+                self._evict()
+            self._entries[digest] = entry
 
-_cache = _KeyCache()
+    def _evict(self) -> None:
+        """Unknown keys go first, so a flood of bad keys cannot push out the good ones."""
+        unknown = [d for d, e in self._entries.items() if e.tenant is None]
+        for digest in unknown:
+            del self._entries[digest]
+        if len(self._entries) >= MAX_ENTRIES:
+            oldest = sorted(self._entries, key=lambda d: self._entries[d].confirmed_at)
+            for digest in oldest[: len(oldest) // 2]:
+                del self._entries[digest]
+
+
+_cache = KeyCache(tenant_for_key)
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, message, headers={"WWW-Authenticate": "Bearer"}
+    )
 
 
 def tenant_id(
@@ -49,18 +126,20 @@ def tenant_id(
 ) -> str:
     key = bearer.credentials if bearer is not None else header
     if not key:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-            headers={"WWW-Authenticate": "Bearer"},
+        raise _unauthorized(
+            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
-    tenant = _cache.get(key)
+    state = request.app.state.engram
+
+    def revoked(tenant: str) -> bool:
+        return revocation_announced(state.redis, state.settings, tenant, key)
+
+    try:
+        tenant = _cache.get(key, stale_s=state.settings.api_key_stale_s, revoked=revoked)
+    except KeyRevokedError:
+        tenant = None
     if tenant is None:
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "invalid or revoked API key",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        raise _unauthorized("invalid or revoked API key")
     request.state.tenant_id = tenant
     return tenant
 

@@ -83,12 +83,11 @@ def beat_command(settings: Settings) -> list[str]:
 
 
 def flower_command(settings: Settings) -> list[str]:
-    auth = f"{settings.flower_user}:{settings.flower_password.get_secret_value()}"
+    """Flower with no credentials on its command line (anyone can read those in `ps`): it
+    takes them from ENGRAM_FLOWER_* in its environment and puts every path behind them
+    (workers/flower_auth.py)."""
     return celery_command(
-        "flower",
-        f"--address={settings.flower_address}",
-        f"--port={settings.flower_port}",
-        f"--basic-auth={auth}",
+        "flower", f"--address={settings.flower_address}", f"--port={settings.flower_port}"
     )
 
 

@@ -29,7 +29,9 @@ from app.db.base import Base, created_at_column, tenant_column, user_column, uui
 class Tenant(Base):
     """Registry of tenants seen, so maintenance can walk tenants one RLS scope at a time.
 
-    Holds ids only and carries no row-level security: it is read before any tenant is known.
+    Holds ids only, under the tenant policy like every table: the app role sees its own row,
+    records tenants through `meta.register_tenants` and lists them through `meta.tenant_ids()`
+    (owner-run functions), and cannot write the table itself.
     """
 
     __tablename__ = "tenants"
