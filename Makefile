@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The SDK (sdk/, distribution engram-memory-client) is installed in the same resolve: the
+# server depends on it, and it is not taken from an index.
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./sdk -e '.[dev]'
 	touch $(STAMP)
 
 demo: install
@@ -40,4 +42,5 @@ services-stop: install
 
 clean:
 	-$(BIN)/engram services stop
+	-$(BIN)/python -m app.embedded.postgres purge
 	rm -rf $(VENV) .engram

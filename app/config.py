@@ -6,11 +6,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLOWER_PASSWORD = "engram-dev"  # noqa: S105 - refused by `check_production`
+METRICS_TOKEN_MIN_CHARS = 16
 
 
 class Settings(BaseSettings):
@@ -33,8 +34,14 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(default=None, alias="REDIS_URL")
     data_dir: Path = PROJECT_ROOT / ".engram"
 
-    # Redis key namespace: everything Engram writes to Redis starts with this.
+    # Redis key namespace: everything Engram writes to Redis starts with this, then with the
+    # deployment's id (app/deployment.py), so installs sharing one Redis never share a key.
     redis_prefix: str = "engram"
+    deployment_id: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{16}$",
+        description="for a producer with only REDIS_URL; with a database it must match its id",
+    )
 
     # L0 streams.
     stream_partitions: int = Field(default=8, ge=1, le=1024)
@@ -43,13 +50,29 @@ class Settings(BaseSettings):
     consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
     consumer_block_ms: int = Field(default=1000, ge=1)
     consumer_threads: int = Field(default=2, ge=0, le=32)
-    claim_min_idle_ms: int = Field(default=60_000, ge=10)
+    # How long a pending entry sits idle before another consumer takes it over, so how soon a
+    # killed worker's entries are redone (~1.25x this: reclaims run every quarter of it). A
+    # live consumer re-touches what it holds (XCLAIM JUSTID) every quarter of it, while its
+    # handler works and while it backs off, for up to ENGRAM_TASK_TIME_LIMIT_S: the bound is
+    # the gap between touches, not the longest batch. See README, "Running it for real".
+    claim_min_idle_ms: int = Field(
+        default=15_000,
+        ge=10,
+        description="idle time before another consumer reclaims a pending entry",
+    )
     max_deliveries: int = Field(default=5, ge=1)
     trim_interval_s: float = Field(default=30.0, gt=0)
+
+    # Token budgets are counted by this tokenizer: "wordpiece" (shipped) or the path of a
+    # model family's tokenizer.json (app/text/tokens.py).
+    tokenizer: str = Field(default="wordpiece", min_length=1)
 
     # Event limits (bytes of UTF-8).
     max_content_bytes: int = Field(default=64_000, ge=1)
     max_metadata_bytes: int = Field(default=16_000, ge=2)
+    max_event_bytes: int = Field(
+        default=1_048_576, ge=1024, description="a whole serialized event, fields included"
+    )
 
     # L1 working memory.
     working_turns: int = Field(default=20, ge=1)
@@ -183,6 +206,14 @@ class Settings(BaseSettings):
         le=86_400,
         description="while Postgres is down, a key confirmed this recently still sends events",
     )
+    # GET /metrics answers `Authorization: Bearer <this>` only: its numbers are deployment-wide,
+    # so no tenant's API key opens it. Unset, the API does not serve metrics (404).
+    metrics_token: SecretStr | None = Field(
+        default=None, description="operator token for GET /metrics (at least 16 characters)"
+    )
+    # `json`: one JSON object per log line, with the ids of the request, batch or task it
+    # belongs to (app/logs.py), in the API, the workers and the CLI.
+    log_format: Literal["text", "json"] = "text"
     procedure_min_confidence: float = Field(default=0.7, ge=0, le=1)
     procedure_min_similarity: float = Field(default=0.75, ge=-1, le=1)
 
@@ -265,6 +296,20 @@ class Settings(BaseSettings):
         ):
             raise ValueError("ENGRAM_SALIENCE_WEIGHT_* must not all be zero")
         return self
+
+    @field_validator("metrics_token")
+    @classmethod
+    def metrics_token_long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        """Empty means unset (metrics off, as `ENGRAM_METRICS_TOKEN=` in an env file reads);
+        a short token is guessable."""
+        if token is not None and not token.get_secret_value():
+            return None
+        if token is not None and len(token.get_secret_value()) < METRICS_TOKEN_MIN_CHARS:
+            raise ValueError(
+                f"ENGRAM_METRICS_TOKEN must be at least {METRICS_TOKEN_MIN_CHARS} characters"
+                " (for instance `openssl rand -hex 32`)"
+            )
+        return token
 
     @property
     def visibility_timeout_s(self) -> int:

@@ -1,5 +1,10 @@
 """Every Redis key Engram uses, built in one place.
 
+Every key of a deployment starts with `<ENGRAM_REDIS_PREFIX>:<deployment id>:` (see
+app/deployment.py): two deployments sharing a Redis, even with one prefix, share no key. The
+only key outside a deployment is the prefix's list of deployments, read by producers that
+have no database.
+
 Stream partitions and per-user keys carry a hash tag (`{...}`) so that on Redis Cluster each
 partition is its own slot and a user's working-memory keys share one slot (its Lua runs there).
 Keys that are not streams expire (idle TTL) unless the comment says why they must live on.
@@ -8,8 +13,12 @@ Keys that are not streams expire (idle TTL) unless the comment says why they mus
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from app.config import Settings
+
+if TYPE_CHECKING:
+    import redis
 
 
 def partition_of(tenant_id: str, user_id: str, partitions: int) -> int:
@@ -19,12 +28,30 @@ def partition_of(tenant_id: str, user_id: str, partitions: int) -> int:
 
 
 class RedisKeys:
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
+    def __init__(self, prefix: str, deployment: str | None = None) -> None:
+        self.deployment = deployment
+        self.prefix = f"{prefix}:{deployment}" if deployment else prefix
+        self.base = prefix
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RedisKeys:
-        return cls(settings.redis_prefix)
+        """The keys of this process's deployment (its id read once from the database)."""
+        from app.deployment import deployment_id
+
+        return cls(settings.redis_prefix, deployment_id(settings))
+
+    @classmethod
+    def for_producer(cls, settings: Settings, client: redis.Redis) -> RedisKeys:
+        """The keys a producer writes to; without a database it learns the deployment from
+        ENGRAM_DEPLOYMENT_ID or from what the deployment announced in `client`."""
+        from app.deployment import deployment_id
+
+        return cls(settings.redis_prefix, deployment_id(settings, client, producer=True))
+
+    def deployments(self) -> str:
+        """Deployments using this prefix (id → last announced), for producers without a
+        database; outside every deployment, one field each, kept (it is how they are found)."""
+        return f"{self.base}:deployments"
 
     # L0 streams (trimmed by MINID, never by blind MAXLEN; see app/streams/trim.py).
     def partition(self, index: int) -> str:

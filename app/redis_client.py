@@ -1,4 +1,5 @@
-"""Where Redis is: REDIS_URL, else 127.0.0.1:6379 if it answers, else an embedded server."""
+"""Where Redis is: REDIS_URL, else 127.0.0.1:6379 if it answers, else this checkout's embedded
+server (its own port, app/embedded/redis.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def resolve_redis_url(settings: Settings | None = None) -> str:
         else:
             _urls[key], _ = embedded_redis.ensure_running(settings.data_dir)
     return _urls[key]
+
+
+def forget_resolved() -> None:
+    """Drop what was resolved: the embedded server was stopped and may come back elsewhere."""
+    _urls.clear()
+    for client in _clients.values():
+        client.close()
+    _clients.clear()
 
 
 def get_redis(settings: Settings | None = None) -> redis.Redis:

@@ -357,8 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     os.environ.setdefault("ENGRAM_DATABASE_NAME", DATABASE)
     os.environ["ENGRAM_REDIS_PREFIX"] = f"benchconv-{os.getpid()}"
+    from engram_memory_client import EngramClient
+
     from app.cli.supervisor import ensure_services, fresh_database
-    from app.client import EngramClient
     from app.config import get_settings
     from app.db.migrate import upgrade
     from app.db.session import dispose_engines

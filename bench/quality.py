@@ -45,11 +45,11 @@ os.environ["ENGRAM_REDIS_PREFIX"] = f"benchq-{os.getpid()}"
 
 import numpy as np
 import uvicorn
+from engram_memory_client import EngramClient
 from sqlalchemy import text
 
 from app.api.app import create_app
 from app.cli.supervisor import ProcessGroup, fresh_database, worker_command
-from app.client import EngramClient
 from app.config import Settings, get_settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder

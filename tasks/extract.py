@@ -19,6 +19,7 @@ from app.embedding.factory import check_dimension, get_embedder
 from app.extraction.base import Extractor
 from app.extraction.factory import get_extractor
 from app.layers.working.store import WorkingMemoryStore
+from app.logs import batch_log_ids
 from app.redis_client import get_redis
 from app.services import extraction
 from app.services.attention import score_users
@@ -69,13 +70,15 @@ def score_turns(users_by_tenant: dict[str, list[str]]) -> int:
 
 @engram_task("engram.extract.extract_batches")
 def extract_batches(refs: list[list[str]]) -> int:
-    report = extraction.extract(get_settings(), _extractor(), [(t, b) for t, b in refs])
+    with batch_log_ids(refs):
+        report = extraction.extract(get_settings(), _extractor(), [(t, b) for t, b in refs])
     return report.done
 
 
 @engram_task("engram.embed.batches")
 def embed_batches(refs: list[list[str]]) -> int:
-    return extraction.embed(get_settings(), _embedder(), [(t, b) for t, b in refs]).done
+    with batch_log_ids(refs):
+        return extraction.embed(get_settings(), _embedder(), [(t, b) for t, b in refs]).done
 
 
 @engram_task("engram.extract.store_batches")
@@ -85,7 +88,8 @@ def store_batches(refs: list[list[str]]) -> int:
     would hold the drain up."""
     settings = get_settings()
     pairs = [(t, b) for t, b in refs]
-    done = extraction.store(settings, _embedder(), pairs).done
+    with batch_log_ids(refs):
+        done = extraction.store(settings, _embedder(), pairs).done
     follow = extraction.drain(settings, pairs)
     run_chain(follow.batches)
     if follow.score:

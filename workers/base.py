@@ -1,9 +1,14 @@
-"""One decorator for every Engram task: stable name, queue, retry policy, delivery counting.
+"""One decorator for every Engram task: stable name, queue, retry policy, delivery counting,
+and once-per-period runs of what beat fires.
 
 With late acks and reject-on-worker-lost, a task that kills its worker (OOM, segfault) is
 redelivered forever. Each start therefore counts a delivery in Redis; past
 ENGRAM_TASK_MAX_DELIVERIES it is written to the dead-task stream and acknowledged instead of
 being run again.
+
+A message fired by beat names its schedule entry and period (workers/beat.py); such a run
+goes through `once_per_period`, so a second beat firing the same entry within the period is
+skipped (returns None) instead of doing the work again.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ from typing import Any, TypeVar
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
-from app.config import get_settings
+from app.config import Settings, get_settings
+from app.db.session import app_engine
 from app.keys import RedisKeys
 from app.redis_client import get_redis
+from app.services.jobs import once_per_period
+from workers.beat import ENTRY_HEADER, PERIOD_HEADER, job_name
 from workers.celery_app import app
 
 _log = logging.getLogger(__name__)
@@ -56,9 +64,24 @@ class EngramTask(Task):  # type: ignore[misc]
                 },
             )
             return None
-        result = super().__call__(*args, **kwargs)
+        result = self._run_once_per_period(settings, args, kwargs)
         client.delete(key)
         return result
+
+    def _run_once_per_period(self, settings: Settings, args: Any, kwargs: Any) -> Any:
+        """Run, or for a beat-fired message, run unless this entry ran within its period."""
+        entry = getattr(self.request, ENTRY_HEADER, None)
+        period = getattr(self.request, PERIOD_HEADER, None)
+        if entry is None or period is None:
+            return Task.__call__(self, *args, **kwargs)
+        engine = app_engine(settings)
+        with once_per_period(job_name(str(entry)), float(period), engine=engine) as run:
+            if run is None:
+                return None
+            result = Task.__call__(self, *args, **kwargs)
+            run.rows = result if isinstance(result, int) and not isinstance(result, bool) else 0
+            run.detail["task"] = self.name
+            return result
 
 
 def engram_task(name: str, **options: Any) -> Callable[[F], F]:

@@ -1,13 +1,38 @@
-"""Periodic jobs. Each is idempotent, and the background-cognition jobs also hold a Postgres
-advisory lock per (job, tenant, scope) while they run (app/services/jobs.py), so a second beat
-or an overlap does no harm."""
+"""Periodic jobs, and what keeps a second beat from running them twice.
+
+Each job is idempotent, and many also hold a Postgres advisory lock per (job, tenant, scope)
+while they run (app/services/jobs.py). On top of that every entry fired by beat carries its
+name and period in the message headers, and the worker runs it under `once_per_period`
+(workers/base.py): one run at a time per entry, and none within 90 % of the period after the
+last successful one. Two beats (or a beat restarted mid-period) therefore run each entry
+once per period, whichever fires first. A task sent by hand, without the headers, just runs.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.config import Settings
 
+# Message headers of a beat-fired task (read back as attributes of `task.request`).
+ENTRY_HEADER = "engram_beat_entry"
+PERIOD_HEADER = "engram_beat_period_s"
 
-def beat_schedule(settings: Settings) -> dict[str, dict[str, object]]:
+
+def job_name(entry: str) -> str:
+    """The meta.job_runs name of a beat entry's runs."""
+    return f"beat:{entry}"
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    schedule = _entries(settings)
+    for name, entry in schedule.items():
+        headers = {ENTRY_HEADER: name, PERIOD_HEADER: float(entry["schedule"])}
+        entry["options"] = {**entry.get("options", {}), "headers": headers}
+    return schedule
+
+
+def _entries(settings: Settings) -> dict[str, dict[str, Any]]:
     return {
         "trim-streams": {
             "task": "engram.ingest.trim_streams",

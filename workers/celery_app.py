@@ -6,13 +6,23 @@ I/O; the broker URL is resolved then, starting the embedded Redis if that is the
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 from celery import Celery
-from celery.signals import import_modules, worker_process_init
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    celeryd_init,
+    import_modules,
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+)
 
 from app.config import get_settings
+from app.logs import close_context, configure_logging, open_context, use_json
 from app.redis_client import resolve_redis_url
 from workers.beat import beat_schedule
 from workers.queues import MAINTENANCE, ROUTES, TASK_QUEUES
@@ -59,8 +69,10 @@ def _configure(sender: Celery, **_: Any) -> None:
         # The Redis transport redelivers an unacked message after the visibility timeout; it
         # must exceed the longest task (time limit) and any countdown/ETA we use, or a running
         # task is handed to a second worker.
-        # Celery's own keys live under Engram's prefix too, so deployments (and test runs)
-        # sharing one Redis never exchange task messages.
+        # Celery's own keys live under ENGRAM_REDIS_PREFIX, so test runs and deployments with
+        # their own prefix never exchange task messages. Not under the deployment id: that is
+        # read from the database, and configuring Celery must not need one (see README,
+        # "Deployments sharing a Redis").
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
             "global_keyprefix": f"{settings.redis_prefix}:celery:",
@@ -80,6 +92,34 @@ def _fresh_connections_after_fork(**_: Any) -> None:
     from app.db.session import dispose_engines
 
     dispose_engines(close=False)
+
+
+@celeryd_init.connect
+def _json_logs_from_the_start(**_: Any) -> None:
+    """What a worker writes before Celery sets its logging up (its warning about running as
+    root) is JSON too; Celery's own handlers then replace this one."""
+    configure_logging(get_settings().log_format)
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _json_logs(logger: logging.Logger, **_: Any) -> None:
+    """ENGRAM_LOG_FORMAT=json: the handlers Celery just set up write JSON lines (app/logs.py)."""
+    if get_settings().log_format == "json":
+        use_json(logger)
+        logging.captureWarnings(True)
+
+
+@task_prerun.connect
+def _task_log_ids(task_id: str, task: Any, **_: Any) -> None:
+    """Every line a task logs carries its id and name (closed by the post-run signal, which
+    Celery sends from the same thread, whatever the outcome)."""
+    open_context(task_id, task_id=task_id, task_name=task.name)
+
+
+@task_postrun.connect
+def _task_log_ids_done(task_id: str, **_: Any) -> None:
+    close_context(task_id)
 
 
 @import_modules.connect(sender=app)

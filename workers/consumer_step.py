@@ -8,8 +8,10 @@ consumers: each worker that serves the `ingest` queue starts `--stream-consumers
 process, reading every partition in batches. Adding a worker adds consumers.
 
 Why it survives SIGKILL: a consumer acks only after its batch is committed, so entries it held
-stay pending under its name; any other consumer reclaims them after `claim_min_idle_ms` and the
-idempotent writes make the replay invisible. On a clean stop the threads finish their batch.
+stay pending under its name; any other consumer reclaims them after `claim_min_idle_ms` (a live
+one keeps touching what it holds, so only the dead lose theirs), the idempotent writes make the
+replay invisible, and the dead consumer is then removed from the group. On a clean stop the
+threads finish their batch and leave the group.
 
 Run ingest workers with `-P threads` (or `solo`): with prefork, children forked while these
 threads hold a lock could inherit it held.

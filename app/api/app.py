@@ -1,4 +1,9 @@
-"""The Engram REST API (FastAPI): `engram api` serves it, OpenAPI at /openapi.json and /docs.
+"""The Engram REST API (FastAPI): `engram api` serves it, OpenAPI at /openapi.json, Swagger UI
+at /docs and ReDoc at /redoc.
+
+The docs pages load their scripts and styles from this server (`/docs-assets`, the Swagger UI
+and ReDoc bundles the `fastapi-offline` package ships), never from a CDN: an API on a machine
+without internet still shows its docs.
 
 Route handlers are plain functions, so FastAPI runs them in its thread pool: the services
 they call (SQLAlchemy, redis-py, onnxruntime) block, and must not block the event loop.
@@ -17,17 +22,23 @@ from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api import schemas
+from app.api.observability import observe
 from app.api.outage import RETRY_AFTER_S, install_outage_handlers
 from app.api.routes import router
 from app.config import Settings, get_settings
-from app.db.session import unit_of_work
+from app.db.migrate import SchemaState, current_revision, head_revision
+from app.db.session import app_engine, owner_engine, unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.embedding.factory import check_dimension, get_embedder
 from app.redis_client import get_redis
 from app.streams.producer import EventProducer
+
+DOCS_ASSETS = "/docs-assets"
 
 
 @dataclass
@@ -106,15 +117,19 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         )
         yield
 
-    app = FastAPI(
+    app = FastAPIOffline(
         title="Engram",
         version="1",
         summary="Long-term memory for LLM agents: capture, recall, forget.",
         lifespan=lifespan,
+        static_url=DOCS_ASSETS,
+        # Swagger UI would otherwise ask validator.swagger.io about the schema.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     install_outage_handlers(app)
     app.include_router(router)
+    observe(app, settings)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -140,27 +155,47 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             headers={"Retry-After": "5"},
         )
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get(
+        "/healthz",
+        tags=["operations"],
+        response_model=schemas.Health,
+        responses={503: {"model": schemas.Health, "description": "something is down or behind"}},
+    )
     def healthz(request: Request) -> JSONResponse:
-        """Database and Redis reachable, each named (no key needed; reveals nothing about
-        tenants): 200 if both answer, else 503 with the ones down in `unavailable`."""
+        """Database and Redis reachable, and the schema at this code's head, each named (no
+        key needed; reveals nothing about tenants): 200 if all hold, else 503 with the failing
+        checks in `unavailable` (`schema` when the database needs `engram migrate`)."""
         checks: dict[str, str] = {}
+        revision: str | None = None
         try:
-            with unit_of_work() as session:
+            with unit_of_work(engine=app_engine(settings)) as session:
                 session.execute(text("SELECT 1"))
             checks["database"] = "ok"
         except Exception as exc:  # any failure is the answer here
             checks["database"] = f"down: {type(exc).__name__}"
+        if checks["database"] == "ok":
+            try:
+                with owner_engine(settings).connect() as connection:
+                    state = SchemaState(current_revision(connection), head_revision())
+                revision = state.current
+                checks["schema"] = "ok" if state.at_head else state.describe()
+            except Exception as exc:  # as above: unreadable is an answer, not an error
+                checks["schema"] = f"unknown: {type(exc).__name__}"
         try:
             request.app.state.engram.redis.ping()
             checks["redis"] = "ok"
         except redis.RedisError as exc:
             checks["redis"] = f"down: {type(exc).__name__}"
-        down = sorted(name for name, state in checks.items() if state != "ok")
+        body: dict[str, Any] = {
+            "checks": checks,
+            "schema_revision": revision,
+            "schema_head": head_revision(),
+        }
+        down = sorted(name for name, answer in checks.items() if answer != "ok")
         if not down:
-            return JSONResponse({"status": "ok", "checks": checks})
+            return JSONResponse({"status": "ok", **body})
         return JSONResponse(
-            {"status": "degraded", "checks": checks, "unavailable": down},
+            {"status": "degraded", **body, "unavailable": down},
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(RETRY_AFTER_S)},
         )

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api import schemas
 from app.api.auth import Tenant
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
 from app.layers.semantic import listing
+from app.limits import JsonStep, SafeText, text_problem
 from app.services import procedures
 from app.services.context import ContextRequest, assemble_context
 from app.services.decay import restore_memories
@@ -23,11 +24,16 @@ from app.services.forget import forget_user
 from app.services.memories import RememberRequest, get_memory, memory_view, remember
 from app.services.search import SearchRequest, search
 from app.services.stats import tenant_stats
-from app.streams.events import IDENTIFIER, EventValidationError, Identifier, parse_event
+from app.streams.events import (
+    IDENTIFIER,
+    EventValidationError,
+    Identifier,
+    is_identifier,
+    parse_event,
+)
 from app.streams.producer import ProducerError, StreamFullError
-from app.text.storable import StorableStep, StorableText
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
 MAX_EVENTS = 1000
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
@@ -43,7 +49,12 @@ class EventBatch(BaseModel):
     events: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_EVENTS)
 
 
-@router.post("/events", status_code=status.HTTP_202_ACCEPTED, tags=["capture"])
+@router.post(
+    "/events",
+    status_code=status.HTTP_202_ACCEPTED,
+    tags=["capture"],
+    response_model=schemas.EventsAccepted,
+)
 def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Queue events (turns, typing_start, channel_switch, …) for ingestion; returns their ids.
 
@@ -80,9 +91,10 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
     return {"accepted": len(receipts), "ids": [r.event_id for r in receipts]}
 
 
-@router.post("/search", tags=["recall"])
+@router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
 def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
-    """Hybrid search over memories (and raw turns no memory covers yet)."""
+    """Hybrid search: the source turns that answer the query, each with the memories made
+    from it attached (`unit: memories` ranks memories instead)."""
     state = _state(request)
     result = search(
         tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
@@ -90,7 +102,7 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[s
     return dataclasses.asdict(result)
 
 
-@router.post("/context", tags=["recall"])
+@router.post("/context", tags=["recall"], response_model=schemas.ContextResponse)
 def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
     """The context block for the user's next answer, packed into the token budget."""
     state = _state(request)
@@ -100,7 +112,12 @@ def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> dict
     return dataclasses.asdict(result)
 
 
-@router.post("/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
+@router.post(
+    "/memories",
+    status_code=status.HTTP_201_CREATED,
+    tags=["memories"],
+    response_model=schemas.Remembered,
+)
 def post_memories(body: RememberRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Explicit memories (e.g. a knowledge base): embedded, deduplicated, linked into L4."""
     state = _state(request)
@@ -108,7 +125,7 @@ def post_memories(body: RememberRequest, tenant: Tenant, request: Request) -> di
     return {"memories": [{"id": m.id, "status": m.status} for m in stored]}
 
 
-@router.get("/memories", tags=["memories"])
+@router.get("/memories", tags=["memories"], response_model=schemas.MemoryPage)
 def list_memories(
     tenant: Tenant,
     user_id: UserId,
@@ -130,7 +147,13 @@ def list_memories(
     return {"memories": items, "next_cursor": next_cursor}
 
 
-@router.get("/memories/{memory_id}", tags=["memories"])
+@router.get(
+    "/memories/{memory_id}",
+    tags=["memories"],
+    response_model=schemas.MemoryWithRecall,
+    response_model_exclude_unset=True,  # `recall` only when asked for
+    responses=schemas.NOT_FOUND,
+)
 def get_memory_route(
     memory_id: uuid.UUID,
     tenant: Tenant,
@@ -144,7 +167,12 @@ def get_memory_route(
     return found
 
 
-@router.post("/memories/{memory_id}/restore", tags=["memories"])
+@router.post(
+    "/memories/{memory_id}/restore",
+    tags=["memories"],
+    response_model=schemas.Restored,
+    responses=schemas.NOT_FOUND,
+)
 def restore_memory(memory_id: uuid.UUID, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Bring a memory that decay archived back into search (decay restarts from now)."""
     if get_memory(tenant, memory_id) is None:
@@ -153,7 +181,12 @@ def restore_memory(memory_id: uuid.UUID, tenant: Tenant, request: Request) -> di
     return {"id": memory_id, "restored": bool(restored)}
 
 
-@router.get("/entities/{name:path}/graph", tags=["graph"])
+@router.get(
+    "/entities/{name:path}/graph",
+    tags=["graph"],
+    response_model=schemas.EntityGraph,
+    responses=schemas.NOT_FOUND,
+)
 def entity_graph(
     name: str,
     tenant: Tenant,
@@ -162,7 +195,7 @@ def entity_graph(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """The entity's neighbourhood in the user's concept graph (depth-limited, strongest first)."""
-    if not name.strip() or len(name) > 256:
+    if not name.strip() or len(name) > 256 or text_problem(name):
         raise HTTPException(422, {"message": "bad entity name", "fields": ["name"]})
     with unit_of_work(tenant) as session:
         entity = find_entity(session=session, user_id=user_id, name=name)
@@ -184,16 +217,21 @@ def entity_graph(
 
 
 class ProcedureIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_id: Identifier
-    query: StorableText = Field(min_length=1, max_length=4000)
-    tool_sequence: list[StorableStep] = Field(min_length=1, max_length=100)
+    query: SafeText = Field(min_length=1, max_length=4000)
+    tool_sequence: list[JsonStep] = Field(min_length=1, max_length=100)
     success: float = Field(ge=0, le=1)
     duration_ms: float = Field(ge=0)
 
 
-@router.post("/procedures", status_code=status.HTTP_201_CREATED, tags=["procedures"])
+@router.post(
+    "/procedures",
+    status_code=status.HTTP_201_CREATED,
+    tags=["procedures"],
+    response_model=schemas.ProcedureView,
+)
 def post_procedure(body: ProcedureIn, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Count one run of a tool sequence for a query; confidence follows the outcomes."""
     state = _state(request)
@@ -214,7 +252,7 @@ def post_procedure(body: ProcedureIn, tenant: Tenant, request: Request) -> dict[
     return dataclasses.asdict(view)
 
 
-@router.get("/procedures/suggest", tags=["procedures"])
+@router.get("/procedures/suggest", tags=["procedures"], response_model=schemas.SuggestionResponse)
 def suggest_procedure(
     tenant: Tenant,
     request: Request,
@@ -224,8 +262,9 @@ def suggest_procedure(
 ) -> dict[str, Any]:
     """The trusted tool sequence for a query like this one, or null."""
     state = _state(request)
-    if "\x00" in query:
-        raise HTTPException(422, {"message": "query must not contain NUL", "fields": ["query"]})
+    problem = text_problem(query)
+    if problem:
+        raise HTTPException(422, {"message": f"query {problem}", "fields": ["query"]})
     try:
         found = procedures.suggest(
             tenant_id=tenant,
@@ -240,7 +279,7 @@ def suggest_procedure(
     return {"suggestion": None if found is None else dataclasses.asdict(found)}
 
 
-@router.delete("/users/{user_id}", tags=["users"])
+@router.delete("/users/{user_id}", tags=["users"], response_model=schemas.ForgetReport)
 def delete_user(
     user_id: str,
     tenant: Tenant,
@@ -255,7 +294,7 @@ def delete_user(
     return {"rows": report.rows, "redis_keys": report.redis_keys, "total": report.total}
 
 
-@router.get("/users/{user_id}/extraction", tags=["users"])
+@router.get("/users/{user_id}/extraction", tags=["users"], response_model=schemas.ExtractionStatus)
 def extraction_state(user_id: str, tenant: Tenant, request: Request) -> dict[str, Any]:
     """How far extraction got with what was sent for this user: events still pending ingest
     (in the user's stream partition, other users' included), turns unscored and unclaimed,
@@ -270,6 +309,7 @@ def extraction_state(user_id: str, tenant: Tenant, request: Request) -> dict[str
     "/users/{user_id}/extraction/flush",
     status_code=status.HTTP_202_ACCEPTED,
     tags=["users"],
+    response_model=schemas.Flushed,
 )
 def flush_extraction(
     user_id: str, tenant: Tenant, request: Request, background: BackgroundTasks
@@ -287,12 +327,12 @@ def flush_extraction(
     return dataclasses.asdict(flushed)
 
 
-@router.get("/stats", tags=["operations"])
+@router.get("/stats", tags=["operations"], response_model=schemas.Stats)
 def stats(tenant: Tenant) -> dict[str, Any]:
     """Rows per layer for this tenant, and its users."""
     return tenant_stats(tenant)
 
 
 def _check_user_id(user_id: str) -> None:
-    if re.match(IDENTIFIER, user_id) is None:
+    if not is_identifier(user_id):
         raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})

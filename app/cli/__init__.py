@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,24 +11,33 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from sqlalchemy import text
 
 from app.cli.supervisor import (
     ProcessGroup,
+    announce_deployment,
     api_command,
     beat_command,
     ensure_services,
     flower_command,
+    sigterm_as_interrupt,
+    with_services,
     worker_command,
 )
 from app.config import get_settings
 from app.embedded import postgres as embedded_postgres
 from app.embedded import redis as embedded_redis
-from app.streams.events import EventValidationError, parse_event
+from app.logs import configure_logging
+from app.streams.events import EventValidationError, parse_event_json
 
-cli = typer.Typer(help="Engram: long-term memory for LLM agents.", no_args_is_help=True)
+cli = typer.Typer(
+    help="Engram: long-term memory for LLM agents.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
 services_cli = typer.Typer(help="Embedded Postgres/Redis for machines without their own.")
 cli.add_typer(services_cli, name="services")
 tenant_cli = typer.Typer(help="Tenants.", no_args_is_help=True)
@@ -40,6 +49,19 @@ cli.add_typer(key_cli, name="key")
 console = Console(width=None if Console().is_terminal else 140)
 
 IMPORT_CHUNK = 500
+_verbose = False
+
+
+@cli.callback()
+def _options(
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", envvar="ENGRAM_VERBOSE", help="Show tracebacks."),
+    ] = False,
+) -> None:
+    """Engram: long-term memory for LLM agents."""
+    global _verbose
+    _verbose = verbose
 
 
 def _logging(verbose: bool) -> None:
@@ -47,12 +69,13 @@ def _logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    configure_logging(get_settings().log_format)
 
 
 @services_cli.command("start")
 def services_start() -> None:
     """Start (or find) the database and Redis, and migrate the schema."""
-    from app.db.migrate import upgrade
+    from app.cli.supervisor import upgrade_and_announce as upgrade
 
     _logging(False)
     ensure_services(get_settings())
@@ -73,31 +96,60 @@ def services_stop() -> None:
 
 
 @cli.command()
-def migrate(revision: str = "head") -> None:
-    """Upgrade the schema (Alembic) to `revision`."""
-    from app.db.migrate import upgrade
+@with_services
+def migrate(
+    revision: Annotated[
+        str,
+        typer.Option(help="head, base, -N / +N (steps back / on), or a revision id or prefix."),
+    ] = "head",
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Downgrade without asking (it drops data).")
+    ] = False,
+    list_revisions: Annotated[
+        bool, typer.Option("--list", help="List the revisions, marking the database's.")
+    ] = False,
+) -> None:
+    """Upgrade or downgrade the schema (Alembic) to `revision`, whichever way it lies."""
+    from app.db.migrate import downgrades, history, migrate_to, schema_state
 
-    _logging(False)
+    _logging(_verbose)
     ensure_services(get_settings())
-    upgrade(revision=revision)
-    console.print(f"[green]schema at {revision}[/green]")
+    state = schema_state()
+    if list_revisions:
+        for rev, doc in history():
+            mark = "▶" if rev == state.current else " "
+            console.print(f"{mark} {rev}  {doc.splitlines()[0] if doc else ''}")
+        console.print(f"database: {state.describe()}")
+        return
+    if downgrades(revision, state.current) and not yes:
+        question = f"downgrading to {revision} drops the tables (and rows) of the undone migrations"
+        if not sys.stdin.isatty():
+            console.print(f"[red]engram: {question}; add --yes to go ahead[/red]")
+            raise typer.Exit(2)
+        if not typer.confirm(f"{question}. Go ahead?"):
+            raise typer.Exit(1)
+    before, after = migrate_to(revision)
+    announce_deployment()
+    verb = "unchanged" if before.current == after.current else "migrated"
+    console.print(f"[green]schema {verb}: {after.describe()}[/green]")
 
 
 @cli.command()
+@sigterm_as_interrupt()
 def up(
     flower: Annotated[bool, typer.Option(help="Also run Flower.")] = True,
     api: Annotated[bool, typer.Option(help="Also serve the REST API.")] = True,
     concurrency: Annotated[int, typer.Option(help="Worker task threads.")] = 4,
 ) -> None:
     """Services + migrations + worker + beat + flower in the foreground; Ctrl-C stops all."""
-    from app.db.migrate import upgrade
+    from app.cli.supervisor import upgrade_and_announce as upgrade
 
     _logging(True)
     settings = get_settings()
     services = ensure_services(settings)
-    upgrade()
     group = ProcessGroup()
     try:
+        upgrade()
         group.start(worker_command(concurrency=concurrency))
         group.start(beat_command(settings))
         if api:
@@ -119,6 +171,7 @@ def up(
 
 
 @cli.command("api")
+@with_services
 def serve_api(
     host: Annotated[str | None, typer.Option(help="Bind address (ENGRAM_API_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (ENGRAM_API_PORT).")] = None,
@@ -140,6 +193,7 @@ def serve_api(
 
 
 @tenant_cli.command("create")
+@with_services
 def tenant_create(
     tenant: Annotated[str, typer.Argument(help="Tenant id.")],
     key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
@@ -158,6 +212,7 @@ def tenant_create(
 
 
 @key_cli.command("create")
+@with_services
 def key_create(
     tenant: Annotated[str, typer.Option(help="Tenant id.")],
     name: Annotated[str, typer.Option(help="What the key is for.")] = "",
@@ -176,6 +231,7 @@ def key_create(
 
 
 @key_cli.command("list")
+@with_services
 def key_list(tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None) -> None:
     """Keys (ids, names, prefixes, state); never the secrets."""
     from app.services.tenants import list_keys
@@ -195,6 +251,7 @@ def key_list(tenant: Annotated[str | None, typer.Option(help="Only this tenant."
 
 
 @key_cli.command("revoke")
+@with_services
 def key_revoke(
     key_id: Annotated[str, typer.Argument(help="The key's id (from key list).")],
 ) -> None:
@@ -224,6 +281,7 @@ def _producer() -> Any:
 
 
 @cli.command()
+@with_services
 def push(
     content: Annotated[str, typer.Argument(help="What was said.")],
     tenant: Annotated[str, typer.Option(help="Tenant id.")],
@@ -251,6 +309,7 @@ def push(
 
 
 @cli.command("import")
+@with_services
 def import_events(
     path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL of events.")],
 ) -> None:
@@ -265,7 +324,7 @@ def import_events(
         for number, line in enumerate(handle, start=1):
             if line.strip():
                 try:
-                    chunk.append(parse_event(json.loads(line)))
+                    chunk.append(parse_event_json(line))
                 except (ValueError, EventValidationError) as exc:
                     bad.append((number, str(exc)))
             if len(chunk) >= IMPORT_CHUNK:
@@ -283,6 +342,7 @@ def import_events(
 
 
 @cli.command()
+@with_services
 def tail(
     tenant: Annotated[str, typer.Option(help="Tenant whose trace to watch.")],
     follow: Annotated[bool, typer.Option(help="Keep watching.")] = True,
@@ -318,14 +378,20 @@ def tail(
 
 
 @cli.command()
+@with_services
 def status() -> None:
     """Stream lengths, pending entries, dead letters, rows per layer and recent job runs."""
+    from app.cli.errors import require_schema
     from app.db.session import owner_engine
+    from app.keys import RedisKeys
     from app.redis_client import get_redis
     from app.services.status import extraction_states, layer_row_counts, stream_status
 
     settings = get_settings()
+    require_schema()
     streams = stream_status(get_redis(settings), settings)
+    deployment = RedisKeys.from_settings(settings).deployment
+    console.print(f"deployment {deployment} (Redis prefix {settings.redis_prefix})")
     table = Table("partition", "length", "pending", "lag", "consumers", title="L0 streams")
     for part in streams.partitions:
         table.add_row(
@@ -399,4 +465,22 @@ def demo(timeout: Annotated[float, typer.Option(help="Seconds to wait for ingest
 
 
 def main() -> None:
-    cli()
+    """Run the CLI; a user's mistake is one line naming the fix (the traceback with -v)."""
+    from app.cli.errors import explain
+
+    try:
+        cli()
+    except Exception as exc:
+        if _verbose:
+            raise
+        problem = explain(exc)
+        if problem is not None:
+            line = problem.line()
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            line = f"engram: unexpected error: {type(exc).__name__}: {first}"
+        err = Console(stderr=True, width=console.width)
+        err.print(
+            f"[red]{escape(line)}[/red] [dim](--verbose shows the traceback)[/dim]", soft_wrap=True
+        )
+        sys.exit(1)

@@ -1,17 +1,30 @@
-"""`engram demo`: the capture path end to end, on whatever machine this is."""
+"""`engram demo`: the capture path end to end, on whatever machine this is.
+
+The worker's banner, warnings and task log go to a file (named in the output), not between the
+demo's tables; the API key the demo mints for its recall step is revoked before it ends.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from pathlib import Path
 
+from engram_memory_client import EngramClient
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import func, select, text
 
 from app.cli.sample import TENANT, sample_events, sample_turn_count
-from app.cli.supervisor import ProcessGroup, ensure_services, worker_command
+from app.cli.supervisor import (
+    ProcessGroup,
+    ensure_services,
+    sigterm_as_interrupt,
+    upgrade_and_announce,
+    worker_command,
+)
 from app.config import Settings, get_settings
-from app.db.migrate import upgrade
 from app.db.session import unit_of_work
 from app.layers.conceptual.models import Entity
 from app.layers.episodic.models import RawEvent, Session, Turn
@@ -179,8 +192,7 @@ def _show_recall(console: Console, settings: Settings) -> None:
     import uvicorn
 
     from app.api.app import create_app
-    from app.client import EngramClient
-    from app.services.tenants import mint_key
+    from app.services.tenants import mint_key, revoke_key
 
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=0, log_level="warning")
@@ -190,44 +202,62 @@ def _show_recall(console: Console, settings: Settings) -> None:
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     port = server.servers[0].sockets[0].getsockname()[1]
-    key = mint_key(TENANT, "demo").key
-    console.print(f"   API on http://127.0.0.1:{port}, a fresh key for tenant '{TENANT}'")
+    minted = mint_key(TENANT, "demo")
+    console.print(
+        f"   API on http://127.0.0.1:{port}, a key for tenant '{TENANT}' (revoked at the end)"
+    )
     try:
-        with EngramClient(f"http://127.0.0.1:{port}", key) as engram:
-            query = "what did we decide about the offsite budget?"
-            found = engram.search("alice", query, limit=3)
-            table = Table(
-                "score", "layer", "when", "memory", "from turns", title=f"search: {query}"
-            )
-            for hit in found.hits:
-                table.add_row(
-                    f"{hit.score:.3f}",
-                    hit.layer,
-                    f"{hit.occurred_at:%Y-%m-%d}",
-                    hit.content[:70],
-                    ", ".join(hit.source_turn_ids),
-                )
-            console.print(table)
-            if found.hits and found.hits[0].layer == "memory":
-                memory = engram.get_memory(found.hits[0].id, recall=1)
-                console.print("   total recall of the top memory (its turns ± 1):")
-                for turn in memory.recall or []:
-                    mark = "▶" if turn.is_source else " "
-                    console.print(
-                        f"   {mark} [{turn.occurred_at:%H:%M}] {turn.role}: {turn.content}"
-                    )
-            context = engram.context(
-                "alice", "Which restaurants should I shortlist?", token_budget=160
-            )
-            console.print(
-                f"   context for 'Which restaurants should I shortlist?' "
-                f"({context.tokens}/{context.token_budget} tokens, prefetch {context.prefetch}):"
-            )
-            console.print(context.text, markup=False, highlight=False)
+        with EngramClient(f"http://127.0.0.1:{port}", minted.key) as engram:
+            _recall_through(console, engram)
     finally:
+        revoke_key(minted.id)
         server.should_exit = True
 
 
+def _recall_through(console: Console, engram: EngramClient) -> None:
+    query = "what did we decide about the offsite budget?"
+    found = engram.search("alice", query, limit=3)
+    table = Table("score", "layer", "when", "what", "turns", title=f"search: {query}")
+    for hit in found.hits:
+        table.add_row(
+            f"{hit.score:.3f}",
+            hit.layer,
+            f"{hit.occurred_at:%Y-%m-%d}",
+            hit.content[:70],
+            ", ".join(hit.source_turn_ids),
+        )
+    console.print(table)
+    top = found.hits[0] if found.hits else None
+    if top is not None and (top.layer == "memory" or top.memories):
+        memory = engram.get_memory(
+            top.id if top.layer == "memory" else top.memories[0].id, recall=1
+        )
+        console.print(f"   total recall of “{memory.content[:70]}” (its turns ± 1):")
+        for turn in memory.recall or []:
+            mark = "▶" if turn.is_source else " "
+            console.print(f"   {mark} [{turn.occurred_at:%H:%M}] {turn.role}: {turn.content}")
+    question = "Which restaurants should I shortlist?"
+    context = engram.context("alice", question, token_budget=160)
+    console.print(
+        f"   context for '{question}' "
+        f"({context.tokens}/{context.token_budget} tokens, prefetch {context.prefetch}):"
+    )
+    console.print(context.text, markup=False, highlight=False)
+
+
+def _start_worker(group: ProcessGroup, log: Path) -> None:
+    """A worker whose banner, warnings and log go to `log`, not between the demo's tables;
+    the group stops it like any other process."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = worker_command(queues=("ingest", "extract", "embed"), concurrency=2, consumers=1)
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ}
+        )
+    group.processes.append(process)
+
+
+@sigterm_as_interrupt()
 def run_demo(console: Console, *, timeout: float) -> int:
     settings = get_settings()
     console.rule("Engram demo: from turns to memories")
@@ -236,11 +266,12 @@ def run_demo(console: Console, *, timeout: float) -> int:
     group = ProcessGroup()
     try:
         console.print("2. migrations: alembic upgrade head")
-        upgrade()
-        console.print("3. a Celery worker: stream consumer + extraction and embedding tasks")
-        group.start(
-            worker_command(queues=("ingest", "extract", "embed"), concurrency=2, consumers=1)
+        upgrade_and_announce()
+        log = settings.data_dir / "demo-worker.log"
+        console.print(
+            f"3. a Celery worker: stream consumer + extraction and embedding tasks (its log: {log})"
         )
+        _start_worker(group, log)
         console.print("4. pushing the sample conversation through the streams")
         client = get_redis(settings)
         events = sample_events()

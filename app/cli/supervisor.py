@@ -1,23 +1,37 @@
-"""Start and stop Engram's processes (services, worker, beat, flower) for `engram up`/`demo`."""
+"""Start and stop Engram's processes (services, worker, beat, flower) for `engram up`/`demo`.
+
+Whatever a command starts, it stops: a one-shot command (`status`, `tenant`, `key`, ...)
+leaves the embedded servers as it found them, and the foreground ones (`up`, `demo`, `api`)
+stop their children and the servers they started on SIGTERM (systemd, `docker stop`) as on
+Ctrl-C. A server that was already running is left running.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import ParamSpec, TypeVar
 
-from app.config import Settings
+from app.config import Settings, get_settings
 from app.db.bootstrap import database_urls
 from app.embedded import postgres as embedded_postgres
 from app.embedded import redis as embedded_redis
-from app.redis_client import resolve_redis_url
+from app.redis_client import forget_resolved, resolve_redis_url
 from workers.queues import ALL_QUEUES
 
 _log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
@@ -34,19 +48,64 @@ class Services:
         dispose_engines()
         if self.started_postgres:
             embedded_postgres.stop(self.settings.data_dir)
+            self.started_postgres = False
         if self.started_redis:
             embedded_redis.stop(self.settings.data_dir)
+            forget_resolved()
+            self.started_redis = False
 
 
 def ensure_services(settings: Settings) -> Services:
+    """Find or start the database and Redis; if that fails half-way, stop what it started."""
     services = Services(settings)
-    if not settings.database_url:
-        services.started_postgres = not embedded_postgres.is_running(settings.data_dir)
-    database_urls(settings)
-    if not settings.redis_url and not embedded_redis.answers(embedded_redis.DEFAULT_URL):
-        services.started_redis = not embedded_redis.answers(embedded_redis.embedded_url())
-    resolve_redis_url(settings)
+    try:
+        if not settings.database_url:
+            server = embedded_postgres.ensure_running(settings.data_dir)
+            services.started_postgres = server.started_here
+        database_urls(settings)
+        if not settings.redis_url and not embedded_redis.answers(embedded_redis.DEFAULT_URL):
+            _, services.started_redis = embedded_redis.ensure_running(settings.data_dir)
+        resolve_redis_url(settings)
+    except BaseException:
+        services.stop()
+        raise
     return services
+
+
+def with_services(command: Callable[P, R]) -> Callable[P, R]:
+    """Run a one-shot command with the services it needs, stopping afterwards the ones it
+    had to start (a server that was already running stays up)."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with sigterm_as_interrupt():
+            services = ensure_services(get_settings())
+            try:
+                return command(*args, **kwargs)
+            finally:
+                services.stop()
+
+    return run
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what systemd and `docker stop` send) raises KeyboardInterrupt, so the clean-up
+    written for Ctrl-C runs; a second SIGTERM is ignored until that clean-up is done. Also a
+    decorator (`@sigterm_as_interrupt()`); only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def celery_command(*args: str) -> list[str]:
@@ -139,6 +198,23 @@ class ProcessGroup:
                 self.processes[0].wait(timeout=1)
             except subprocess.TimeoutExpired:
                 continue
+
+
+def upgrade_and_announce(revision: str = "head") -> None:
+    """`services start`, `up`, `demo`: migrate the configured database, then record its
+    deployment id in Redis for producers without a database (app/deployment.py)."""
+    from app.db.migrate import upgrade
+    from app.deployment import announce_quietly
+
+    upgrade(revision=revision)
+    announce_quietly(get_settings())
+
+
+def announce_deployment() -> None:
+    """After `engram migrate`: record the deployment id in Redis (see upgrade_and_announce)."""
+    from app.deployment import announce_quietly
+
+    announce_quietly(get_settings())
 
 
 def fresh_database(settings: Settings) -> Services:

@@ -30,7 +30,7 @@ class DatabaseUrls:
     embedded: bool
 
 
-def _libpq(url: str) -> str:
+def libpq_conninfo(url: str) -> str:
     """SQLAlchemy URL → libpq conninfo for plain psycopg."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
@@ -47,7 +47,7 @@ def _ensure_role(cur: psycopg.Cursor, name: str, password: str, attributes: str)
 
 def provision_embedded(server: embedded_postgres.RunningServer, settings: Settings) -> None:
     """Create the roles, the database and its extensions on the embedded server (idempotent)."""
-    admin = _libpq(server.url(user=embedded_postgres.SUPERUSER, database="postgres"))
+    admin = libpq_conninfo(server.url(user=embedded_postgres.SUPERUSER, database="postgres"))
     with psycopg.connect(admin, autocommit=True) as conn, conn.cursor() as cur:
         _ensure_role(cur, OWNER_ROLE, OWNER_ROLE, "NOSUPERUSER BYPASSRLS")
         _ensure_role(
@@ -63,7 +63,9 @@ def provision_embedded(server: embedded_postgres.RunningServer, settings: Settin
                     sql.Identifier(settings.database_name), sql.Identifier(OWNER_ROLE)
                 )
             )
-    target = _libpq(server.url(user=embedded_postgres.SUPERUSER, database=settings.database_name))
+    target = libpq_conninfo(
+        server.url(user=embedded_postgres.SUPERUSER, database=settings.database_name)
+    )
     with psycopg.connect(target, autocommit=True) as conn:
         for extension in EXTENSIONS:
             conn.execute(
@@ -75,11 +77,16 @@ def drop_database(name: str, settings: Settings | None = None) -> None:
     """Drop a database on the embedded server (tests use throwaway databases)."""
     settings = settings or get_settings()
     server = embedded_postgres.ensure_running(settings.data_dir)
-    admin = _libpq(server.url(user=embedded_postgres.SUPERUSER, database="postgres"))
+    admin = libpq_conninfo(server.url(user=embedded_postgres.SUPERUSER, database="postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+    from app.deployment import forget
+
+    forget()  # a database made again under this name has another deployment id
+    for key in [k for k in _resolved if k[2] == name]:
+        del _resolved[key]  # and must be provisioned again
 
 
 def _app_url_from_owner(owner_url: str, settings: Settings) -> str:

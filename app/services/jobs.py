@@ -6,6 +6,12 @@ for the whole run — across the run's many batch transactions — so a second s
 (and says so) instead of doing the work twice. A crashed worker's connection closes and the
 lock goes with it. Each run is a row in meta.job_runs (start, end, rows touched, errors),
 which `engram status` and GET /v1/stats show.
+
+The lock only keeps runs apart in time; two beats firing one after the other would still
+run a job twice per period. `once_per_period` adds the period: under the lock, a job whose
+last successful run started less than `PERIOD_SHARE` of its period ago is skipped, whoever
+fired it. Spacing runs (rather than numbering epoch-aligned ticks) keeps a lone beat whose
+firings land near a tick boundary from skipping every other period when delivery jitters.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,12 +32,17 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.layers.meta import job_runs
+from app.layers.meta.maintenance import last_finished_run
 from app.layers.meta.repository import list_tenants
 
 _log = logging.getLogger(__name__)
 
 # The tenant of a job that spans the whole database (a materialized view refresh).
 ALL_TENANTS = "*"
+# A periodic job runs again once this share of its period has passed since its last start:
+# a lone beat (period apart, give or take delivery jitter) always gets through, a second
+# beat firing within the same period never does.
+PERIOD_SHARE = 0.9
 
 
 def tick_of(now: datetime, period_s: float) -> datetime:
@@ -66,8 +77,10 @@ def run_job(
     scope: str = "",
     tick: datetime | None = None,
     engine: Engine | None = None,
+    unless: Callable[[], str | None] | None = None,
 ) -> Iterator[JobRun | None]:
-    """Yields a JobRun while holding the job's lock, or None when another run holds it.
+    """Yields a JobRun while holding the job's lock, or None when another run holds it or,
+    asked under the lock, `unless` gives a reason to skip (then no run is recorded).
 
     An exception inside marks the run failed (with its message) and propagates."""
     engine = engine or app_engine()
@@ -79,8 +92,13 @@ def run_job(
             _log.info("job %s for %s/%s is running elsewhere; skipped", job, tenant_id, scope)
             yield None
             return
-        run = JobRun(id=uuid.uuid4(), job=job, tenant_id=tenant_id, scope=scope)
         try:
+            reason = unless() if unless is not None else None
+            if reason is not None:
+                _log.info("job %s for %s/%s skipped: %s", job, tenant_id, scope, reason)
+                yield None
+                return
+            run = JobRun(id=uuid.uuid4(), job=job, tenant_id=tenant_id, scope=scope)
             with unit_of_work(tenant_id) as session:
                 job_runs.start(
                     session=session,
@@ -99,6 +117,26 @@ def run_job(
         finally:
             lock.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
             lock.commit()
+
+
+def once_per_period(
+    job: str, period_s: float, *, engine: Engine | None = None, now: datetime | None = None
+) -> AbstractContextManager[JobRun | None]:
+    """`run_job` for a job spanning every tenant, skipped (None) when its last successful run
+    started less than PERIOD_SHARE * `period_s` ago: two beats firing it within one period
+    run it once. A failed or crashed run does not count, so the next firing retries."""
+
+    def ran_lately() -> str | None:
+        with unit_of_work(ALL_TENANTS, engine=engine) as session:
+            last = last_finished_run(session=session, job=job, tenant_id=ALL_TENANTS)
+        if last is None:
+            return None
+        age_s = ((now or datetime.now(UTC)) - last).total_seconds()
+        if age_s < period_s * PERIOD_SHARE:
+            return f"ran {age_s:.1f}s ago, period {period_s:g}s"
+        return None
+
+    return run_job(job, ALL_TENANTS, engine=engine, unless=ran_lately)
 
 
 def _finish(run: JobRun, status: str, error: str | None) -> None:

@@ -3,6 +3,11 @@
 Explicit memories take the gems' road into L3 — embedded, deduplicated against what the user
 already has, contradictions superseded, entities into L4 — in one transaction per request.
 Total recall returns the raw L2 turns a memory came from, with the turns around them.
+
+A request is held to what the stored rows must stay readable with (app/limits.py):
+`occurred_at` in 1970..2200 UTC, metadata plain JSON at most 32 levels deep within
+ENGRAM_MAX_METADATA_BYTES, text without NUL or lone surrogates. Reads do not trust the rows
+anyway: metadata too deep for a response is replaced by a marker.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,30 +29,37 @@ from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.service import store_gems
+from app.limits import Metadata, SafeText, Timestamp, readable_json
 from app.services.ingest import user_lock_key
 from app.streams.events import Channel, Identifier
-from app.text.storable import StorableJson, StorableTag, StorableText
+
+# A label on a memory (tags, topics) as requests give it.
+Tag = Annotated[SafeText, Field(min_length=1, max_length=64)]
 
 
 class MemoryIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    content: StorableText = Field(min_length=1, max_length=20_000)
+    content: SafeText = Field(min_length=1, max_length=20_000)
     kind: Literal[MEMORY_KINDS] = "fact"  # type: ignore[valid-type]
     importance: float = Field(default=0.5, ge=0, le=1)
-    occurred_at: datetime | None = Field(
-        default=None, description="when it happened or was learnt (default: now)"
+    occurred_at: Timestamp | None = Field(
+        default=None,
+        description="when it happened or was learnt (default: now); "
+        "1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z",
     )
-    tags: list[StorableTag] = Field(default_factory=list, max_length=32)
-    topics: list[StorableTag] = Field(default_factory=list, max_length=32)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    topics: list[Tag] = Field(default_factory=list, max_length=32)
     channel: Channel | None = None
-    subject: StorableText | None = Field(
+    subject: SafeText | None = Field(
         default=None,
         max_length=512,
         description="a later memory with this subject and another value supersedes this one",
     )
-    value: StorableText | None = Field(default=None, max_length=2000)
-    metadata: StorableJson = Field(default_factory=dict)
+    value: SafeText | None = Field(default=None, max_length=2000)
+    metadata: Metadata = Field(
+        default_factory=dict, description="plain JSON, at most 32 levels deep"
+    )
 
 
 class RememberRequest(BaseModel):
@@ -65,8 +77,7 @@ class Remembered:
 
 def _gem(item: MemoryIn, now: datetime) -> Gem:
     content = " ".join(item.content.split())
-    at = item.occurred_at or now
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    at = item.occurred_at or now  # already UTC and in range (Timestamp)
     return Gem(
         kind=item.kind,
         content=content,
@@ -163,7 +174,7 @@ def memory_view(row: Any) -> dict[str, Any]:
         "session_id": row.session_id,
         "channel": row.channel,
         "source_turn_ids": list(row.source_external_ids or []),
-        "metadata": row.metadata or {},
+        "metadata": readable_json(row.metadata or {}, "metadata"),
         "created_at": row.created_at,
     }
 

@@ -3,15 +3,18 @@ confidence.
 
 Every job runs under `run_job`, so two beats, a retried task or two workers starting the same
 job at once do the work once (the second start is skipped and says so), and every run is a
-row in meta.job_runs. The refresh spans the whole database (tenant `*`) and runs as the
-owner of the view; the other two run tenant by tenant, each inside that tenant's row-level
-security scope, so a bug in one statement can never touch another tenant's rows.
+row in meta.job_runs. Beat's firings are also spaced by their period (workers/base.py), so
+two beats firing the scheduled refresh one after the other run it once per period. The
+refresh spans the whole database (tenant `*`) and runs as the owner of the view; the other
+two run tenant by tenant, each inside that tenant's row-level security scope, so a bug in
+one statement can never touch another tenant's rows.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -41,7 +44,41 @@ def refresh_hot_memories(settings: Settings, *, reason: str = "schedule") -> Ref
 
     Readers of meta.hot_memories keep reading the previous contents while it runs. Returns
     None when another refresh holds the job (it is doing the same work)."""
-    with run_job(REFRESH_JOB, ALL_TENANTS, engine=app_engine(settings)) as run:
+    return _refresh(settings, unless=None, reason=lambda: reason)
+
+
+def maybe_refresh_after_ingest(settings: Settings) -> RefreshResult | None:
+    """Refresh when at least `meta_refresh_after_memories` memories were created since the
+    start of the last successful refresh (or ever, with none); else None.
+
+    The count is taken under the refresh's lock, so two callers that both see the threshold
+    reached refresh once: the second counts again after the first and finds nothing new.
+    Cheap enough to call often: the count stops at the threshold."""
+    threshold = settings.meta_refresh_after_memories
+    counted = [0]
+
+    def not_due() -> str | None:
+        with unit_of_work(engine=owner_engine(settings)) as session:
+            since = maintenance.last_finished_run(
+                session=session, job=REFRESH_JOB, tenant_id=ALL_TENANTS
+            )
+            counted[0] = maintenance.memories_created_since(
+                session=session, since=since, limit=threshold
+            )
+        if counted[0] < threshold:
+            return f"{counted[0]} new memories, {threshold} needed"
+        return None
+
+    return _refresh(settings, unless=not_due, reason=lambda: f"{counted[0]}+ new memories")
+
+
+def _refresh(
+    settings: Settings,
+    *,
+    unless: Callable[[], str | None] | None,
+    reason: Callable[[], str],
+) -> RefreshResult | None:
+    with run_job(REFRESH_JOB, ALL_TENANTS, engine=app_engine(settings), unless=unless) as run:
         if run is None:
             return None
         started = time.monotonic()
@@ -49,24 +86,8 @@ def refresh_hot_memories(settings: Settings, *, reason: str = "schedule") -> Ref
             rows = maintenance.refresh_hot_memories(session=session)
         duration = time.monotonic() - started
         run.rows = rows
-        run.detail.update(duration_ms=round(duration * 1000, 1), reason=reason)
+        run.detail.update(duration_ms=round(duration * 1000, 1), reason=reason())
         return RefreshResult(rows=rows, duration_s=duration)
-
-
-def maybe_refresh_after_ingest(settings: Settings) -> RefreshResult | None:
-    """Refresh when at least `meta_refresh_after_memories` memories were created since the
-    start of the last successful refresh (or ever, with none); else None.
-
-    Cheap enough to call after each stored batch: the count stops at the threshold."""
-    threshold = settings.meta_refresh_after_memories
-    with unit_of_work(engine=owner_engine(settings)) as session:
-        since = maintenance.last_finished_run(
-            session=session, job=REFRESH_JOB, tenant_id=ALL_TENANTS
-        )
-        created = maintenance.memories_created_since(session=session, since=since, limit=threshold)
-    if created < threshold:
-        return None
-    return refresh_hot_memories(settings, reason=f"{created}+ new memories")
 
 
 def prune_access_patterns(

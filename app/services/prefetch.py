@@ -28,7 +28,7 @@ from app.layers.meta import procedures as procedure_sql
 from app.layers.semantic import search as memory_search
 from app.layers.working.store import WorkingMemoryStore
 from app.services.search_memories import fuse, gather
-from app.services.search_models import SearchRequest
+from app.services.search_models import SearchRequest, memory_suspected
 
 _log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ def prefetch(
             "channel": rows[i].channel,
             "source_turn_ids": list(rows[i].source_external_ids or []),
             "event_ids": [str(t) for t in rows[i].source_ids or []],
+            "suspected_instruction": memory_suspected(rows[i]),
         }
         for i in kept
     ]

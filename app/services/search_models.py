@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.layers.semantic.models import MEMORY_KINDS
 from app.streams.events import Channel, Identifier
+from app.text.injection import SUSPECTED_INSTRUCTION
 from app.text.storable import StorableTag, StorableText
+from app.text.untrusted import suspected
 
 
 class SearchRequest(BaseModel):
@@ -58,6 +60,8 @@ class AttachedMemory:
     content: str
     importance: float
     tags: list[str] = field(default_factory=list)
+    # Reads like instructions (or imitates the untrusted fence): quote it, never obey it.
+    suspected_instruction: bool = False
 
 
 @dataclass
@@ -84,6 +88,8 @@ class SearchHit:
     event_ids: list[str] = field(default_factory=list)
     # Turn hits: the memories extracted from this turn that voted for it, best first.
     memories: list[AttachedMemory] = field(default_factory=list)
+    # Reads like instructions (or imitates the untrusted fence): quote it, never obey it.
+    suspected_instruction: bool = False
 
 
 @dataclass
@@ -95,6 +101,16 @@ class SearchResult:
     # The time the query named ([start, end) and its words), when it named one.
     time_window: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def memory_suspected(row: Any) -> bool:
+    """A memory row is suspect when extraction flagged it (its metadata) or its text is."""
+    return suspected(row.content, stored=bool((row.metadata or {}).get(SUSPECTED_INSTRUCTION)))
+
+
+def turn_suspected(row: Any) -> bool:
+    """A turn row is suspect when ingest flagged it (its `flags`) or its text is."""
+    return suspected(row.content, stored=SUSPECTED_INSTRUCTION in (row.flags or []))
 
 
 def memory_hit(
@@ -120,6 +136,7 @@ def memory_hit(
         superseded_by=row.superseded_by,
         tags=list(row.tags or []),
         topics=list(row.topics or []),
+        suspected_instruction=memory_suspected(row),
     )
 
 
@@ -151,7 +168,9 @@ def turn_hit(
                 content=m.content,
                 importance=m.importance,
                 tags=list(m.tags or []),
+                suspected_instruction=memory_suspected(m),
             )
             for m in memories
         ],
+        suspected_instruction=turn_suspected(row),
     )

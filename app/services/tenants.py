@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import secrets
 import uuid
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from app.keys import RedisKeys
 from app.layers.meta import api_keys
 from app.layers.meta.repository import register_tenants
 from app.redis_client import get_redis
-from app.streams.events import IDENTIFIER
+from app.streams.events import is_identifier
 
 _log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ def key_prefix(key: str) -> str | None:
 
 def create_tenant(tenant_id: str, *, settings: Settings | None = None) -> None:
     """Register a tenant (operator's CLI, owner role): the app role cannot write the registry."""
-    if not re.fullmatch(IDENTIFIER, tenant_id):
+    if not is_identifier(tenant_id):
         raise TenantError(
             f"tenant id {tenant_id!r} must be 1-128 of letters, digits and . _ : @ - "
             "(starting with a letter or digit)"

@@ -1,16 +1,21 @@
 """A stream consumer loop you can kill: read a batch, hand it over, ack only after commit.
 
 One `StreamConsumer` reads every partition through the consumer group with one XREADGROUP.
-Each pass it first reclaims entries that another (dead) consumer left pending longer than
-`claim_min_idle_ms`, then reads new ones. The handler persists a batch in one transaction and
-returns; only then are the entries XACKed, so a SIGKILL at any point leaves them pending for a
-reclaim, and idempotent writes make the replay harmless.
+Every quarter of `claim_min_idle_ms` it first reclaims entries that another (dead) consumer
+left pending longer than that, then reads new ones. The handler persists a batch in one
+transaction and returns; only then are the entries XACKed, so a SIGKILL at any point leaves
+them pending for a reclaim, and idempotent writes make the replay harmless. While a batch is
+in the handler (or waits out an outage) its claim is touched (app/streams/group.py), so a
+live, slow consumer never looks dead; once a dead one's entries are reclaimed, it is removed
+from the group.
 
-Failures: a transient error (database or Redis unreachable) retries the same batch with backoff.
-Any other error splits the batch and retries each entry alone, so one poison entry cannot hold
-back the rest; an entry that failed `max_deliveries` times (counted by us for errors we see, and
-by Redis' delivery counter for crashes we don't) is written to the dead-letter stream with its
-error *before* it is acked — a crash between the two duplicates a dead letter, never loses one.
+Failures never hold a partition back. Replies are read as raw bytes and each entry is decoded
+alone (app/streams/entries.py): one that cannot be decoded is dead-lettered at once. A
+transient error (database or Redis unreachable) keeps the batch and retries it with backoff.
+Any other error splits the batch in halves, down to the entry that fails, so the rest is
+stored and acked; that entry is dead-lettered at once when the failure is deterministic
+(validation), or after it failed `max_deliveries` times (counted by us for errors we see, and
+by Redis' delivery counter for crashes we don't). See app/streams/dead_letter.py.
 """
 
 from __future__ import annotations
@@ -23,10 +28,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.config import Settings
 from app.keys import RedisKeys
+from app.logs import log_context, new_batch_id
+from app.streams.dead_letter import write_dead_letter
+from app.streams.deployment import refuse_foreign
+from app.streams.entries import RawStreamReader, StreamEntry
+from app.streams.failures import describe, is_deterministic, is_transient
+from app.streams.group import GroupUpkeep, keep_touching
+
+__all__ = ["BatchHandler", "ConsumerStats", "StreamConsumer", "StreamEntry", "is_transient"]
 
 _log = logging.getLogger(__name__)
 
@@ -35,15 +47,7 @@ HEARTBEAT_EVERY_S = 5.0
 HEARTBEAT_TTL_S = 30
 LAG_SAMPLES = 100_000
 LAG_TTL_S = 24 * 3600
-
-
-@dataclass(frozen=True)
-class StreamEntry:
-    stream: str
-    entry_id: str
-    fields: dict[str, str]
-    deliveries: int = 1
-
+MAX_BACKOFF_S = 10.0
 
 BatchHandler = Callable[[Sequence[StreamEntry]], None]
 
@@ -57,16 +61,8 @@ class ConsumerStats:
     lost: int = 0
     transient_errors: int = 0
     entry_failures: int = 0
+    consumers_removed: int = 0
     last_error: str | None = field(default=None)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Outages we wait out rather than blame on the entry."""
-    if isinstance(exc, OperationalError | InterfaceError | redis.ConnectionError):
-        return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, redis.TimeoutError | ConnectionError | TimeoutError)
 
 
 def _decode(value: bytes | str) -> str:
@@ -91,6 +87,10 @@ class StreamConsumer:
         self.keys = RedisKeys.from_settings(settings)
         self.streams = self.keys.partitions(settings.stream_partitions)
         self.stats = ConsumerStats()
+        self.reader = RawStreamReader(client)
+        self.upkeep = GroupUpkeep(client, self.group)
+        # Touch held entries 4 times per claim time: a live consumer's entries never get near it.
+        self.touch_every_s = settings.claim_min_idle_ms / 4000
         self._last_reclaim = 0.0
         self._backoff_s = 0.0
         self._retry: list[StreamEntry] = []
@@ -111,13 +111,26 @@ class StreamConsumer:
         self.client.delete(self.keys.consumer_heartbeat(self.name))
         for stream in self.streams:
             try:
-                pending = self.client.xpending_range(
-                    stream, self.group, min="-", max="+", count=1, consumername=self.name
-                )
-                if not pending:
-                    self.client.xgroup_delconsumer(stream, self.group, self.name)
+                self.upkeep.remove(stream, [self.name])
             except redis.RedisError:
                 _log.debug("could not leave %s cleanly", stream, exc_info=True)
+
+    def remove_dead_consumers(self, stream: str) -> list[str]:
+        """Drop consumers with nothing pending, silent for a claim time and without a live
+        heartbeat: a dead worker's, once its entries were reclaimed."""
+        bound = self.settings.claim_min_idle_ms
+        idle = [n for n in self.upkeep.idle_consumers(stream, idle_ms=bound) if n != self.name]
+        if not idle:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for name in idle:
+            pipe.exists(self.keys.consumer_heartbeat(name))
+        dead = [name for name, alive in zip(idle, pipe.execute(), strict=True) if not alive]
+        removed = self.upkeep.remove(stream, dead, idle_ms=bound)
+        if removed:
+            self.stats.consumers_removed += len(removed)
+            _log.info("removed dead consumers %s from %s", removed, stream)
+        return removed
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -151,41 +164,39 @@ class StreamConsumer:
         pipe.execute()
 
     def _pause(self, stop: threading.Event, exc: BaseException) -> None:
+        """Back off; the batch kept for retry stays touched meanwhile, so it is not stolen."""
         self.stats.transient_errors += 1
         self.stats.last_error = repr(exc)
-        self._backoff_s = min(max(self._backoff_s * 2, 0.2), 10.0)
+        self._backoff_s = min(max(self._backoff_s * 2, 0.2), MAX_BACKOFF_S)
         _log.warning("consumer %s backing off %.1fs: %s", self.name, self._backoff_s, exc)
-        stop.wait(self._backoff_s)
+        until = time.monotonic() + self._backoff_s
+        while (left := until - time.monotonic()) > 0:
+            if stop.wait(min(left, self.touch_every_s)):
+                return
+            self.upkeep.touch_held(self.name, self._retry)
 
     def step(self, *, block_ms: int | None = None) -> int:
-        """One pass: reclaim if due, then read and process new entries. Returns entries acked."""
+        """One pass: retry a kept batch, reclaim if due, then read and process new entries.
+        Returns entries acked."""
         done = 0
         if self._retry:
             entries, self._retry = self._retry, []
-            done += self._process_or_keep(entries)
+            done += self.process(entries)
         now = time.monotonic()
-        if now - self._last_reclaim >= self.settings.claim_min_idle_ms / 2000:
+        if now - self._last_reclaim >= self.touch_every_s:
             self._last_reclaim = now
             done += self.reclaim()
         entries = self.read(block_ms=block_ms)
         if entries:
-            done += self._process_or_keep(entries)
+            done += self.process(entries)
         return done
-
-    def _process_or_keep(self, entries: list[StreamEntry]) -> int:
-        """On an outage keep the batch for the next pass instead of waiting for a reclaim."""
-        try:
-            return self.process(entries)
-        except Exception:
-            self._retry = entries
-            raise
 
     def read(self, *, block_ms: int | None) -> list[StreamEntry]:
         try:
-            reply = self.client.xreadgroup(
+            return self.reader.read_group(
                 self.group,
                 self.name,
-                dict.fromkeys(self.streams, ">"),
+                self.streams,
                 count=self.settings.consumer_batch_size,
                 block=block_ms,
             )
@@ -195,28 +206,24 @@ class StreamConsumer:
                 self.ensure_groups()
                 return []
             raise
-        entries: list[StreamEntry] = []
-        for stream, items in reply or []:
-            name = _decode(stream)
-            for entry_id, fields in items:
-                entries.append(
-                    StreamEntry(
-                        name,
-                        _decode(entry_id),
-                        {_decode(k): _decode(v) for k, v in (fields or {}).items()},
-                    )
-                )
-        return entries
 
     # -- reclaiming -------------------------------------------------------------------------
 
     def reclaim(self) -> int:
-        """Take over entries idle longer than the claim time; dead-letter the hopeless ones."""
+        """Take over entries idle longer than the claim time, dead-letter the hopeless ones,
+        then drop consumers left with nothing pending."""
         done = 0
         for stream in self.streams:
             cursor = "0-0"
             while True:
-                claimed, cursor, deleted = self._autoclaim(stream, cursor)
+                claimed, cursor, deleted = self.reader.autoclaim(
+                    stream,
+                    self.group,
+                    self.name,
+                    self.settings.claim_min_idle_ms,
+                    cursor,
+                    self.settings.consumer_batch_size,
+                )
                 if deleted:
                     self._count_lost(stream, deleted)
                 if claimed:
@@ -224,39 +231,8 @@ class StreamConsumer:
                     done += self._process_reclaimed(stream, claimed)
                 if cursor == "0-0":
                     break
+            self.remove_dead_consumers(stream)
         return done
-
-    def _autoclaim(self, stream: str, cursor: str) -> tuple[list[StreamEntry], str, list[str]]:
-        """XAUTOCLAIM once; the reply has 2 parts on Redis 6.2 and 3 (deleted ids) on 7+."""
-        reply = self.client.execute_command(
-            "XAUTOCLAIM",
-            stream,
-            self.group,
-            self.name,
-            self.settings.claim_min_idle_ms,
-            cursor,
-            "COUNT",
-            self.settings.consumer_batch_size,
-        )
-        next_cursor = _decode(reply[0])
-        claimed = []
-        deleted: list[str] = []
-        for item in reply[1]:
-            # Redis 6.2 reports entries deleted while pending as nil; 7+ lists them apart.
-            entry_id, raw = (item[0], item[1]) if item is not None else (None, None)
-            if raw is None:
-                if entry_id is not None:
-                    deleted.append(_decode(entry_id))
-                continue
-            if isinstance(raw, dict):
-                fields = {_decode(k): _decode(v) for k, v in raw.items()}
-            else:
-                flat = [_decode(v) for v in raw]
-                fields = dict(zip(flat[::2], flat[1::2], strict=True))
-            claimed.append(StreamEntry(stream, _decode(entry_id), fields))
-        if len(reply) > 2:
-            deleted.extend(_decode(d) for d in reply[2])
-        return claimed, next_cursor, deleted
 
     def _count_lost(self, stream: str, deleted: list[str]) -> None:
         """Pending entries the stream no longer holds: data loss, loudly counted."""
@@ -274,19 +250,20 @@ class StreamConsumer:
         counts = self._delivery_counts(stream, claimed)
         failures = self._failure_counts(claimed)
         keep: list[StreamEntry] = []
+        limit = self.settings.max_deliveries
         for entry in claimed:
             deliveries = counts.get(entry.entry_id, 1)
             failed = failures.get(entry.entry_id, 0)
             # Redis counts this claim as a delivery; more than max means crashes kept eating it.
-            if failed >= self.settings.max_deliveries or deliveries > self.settings.max_deliveries:
-                reason = "failed" if failed >= self.settings.max_deliveries else "delivered"
+            if not entry.undecodable and (failed >= limit or deliveries > limit):
+                reason = "failed" if failed >= limit else "delivered"
                 self._dead_letter(
                     entry,
                     f"{reason} {max(failed, deliveries - 1)} times without being committed",
                     deliveries,
                 )
             else:
-                keep.append(StreamEntry(entry.stream, entry.entry_id, entry.fields, deliveries))
+                keep.append(entry.with_deliveries(deliveries))
         return self.process(keep) if keep else 0
 
     def _delivery_counts(self, stream: str, entries: list[StreamEntry]) -> dict[str, int]:
@@ -311,20 +288,57 @@ class StreamConsumer:
     # -- processing -------------------------------------------------------------------------
 
     def process(self, entries: Sequence[StreamEntry]) -> int:
-        """Hand the batch over; ack after it returns. Transient errors propagate (retry later)."""
+        """Hand the entries over in as few batches as their failures allow; ack what commits.
+
+        Undecodable entries are dead-lettered first. A batch that fails for a reason other
+        than an outage is split in halves until the failing entries stand alone. On an
+        outage (or any error escaping here) the entries not yet acked are kept for the next
+        pass and the error propagates."""
+        entries = refuse_foreign(entries, self.keys.deployment, self._dead_letter)
+        readable = [entry for entry in entries if not entry.undecodable]
+        for entry in entries:
+            if entry.undecodable:
+                error = f"UndecodableEntry: {entry.undecodable}"
+                self._dead_letter(entry, error, entry.deliveries)
+        acked = 0
+        todo = [readable] if readable else []
+        # The whole set stays touched while any part of it is in the handler: halves waiting
+        # their turn must not look abandoned either (acked ones are skipped by the script).
+        with (
+            log_context(batch_id=new_batch_id(), consumer=self.name),
+            keep_touching(
+                lambda: self.upkeep.touch_held(self.name, readable),
+                every_s=self.touch_every_s,
+                at_most_s=self.settings.task_time_limit_s,
+            ),
+        ):
+            while todo:
+                batch = todo.pop()
+                try:
+                    acked += self._handle(batch, todo)
+                except Exception:
+                    self._retry = [e for chunk in [batch, *reversed(todo)] for e in chunk]
+                    raise
+        return acked
+
+    def _handle(self, batch: list[StreamEntry], todo: list[list[StreamEntry]]) -> int:
+        """One handler call: ack on success; on failure split (pushing halves on `todo`) or,
+        for a lone entry, count or dead-letter it. Transient errors propagate."""
         try:
-            self.handler(entries)
+            self.handler(batch)
         except Exception as exc:
             if is_transient(exc):
                 raise
-            if len(entries) == 1:
-                self._record_failure(entries[0], exc)
+            if len(batch) == 1:
+                self._entry_failed(batch[0], exc)
                 return 0
-            _log.warning("batch of %d failed (%s); retrying entries one by one", len(entries), exc)
-            return sum(self.process([entry]) for entry in entries)
-        self._ack(entries)
+            half = len(batch) // 2
+            _log.warning("batch of %d failed (%s); splitting it", len(batch), exc)
+            todo += [batch[half:], batch[:half]]  # popped first half first: order is kept
+            return 0
+        self._ack(batch)
         self.stats.batches += 1
-        return len(entries)
+        return len(batch)
 
     def _ack(self, entries: Sequence[StreamEntry]) -> None:
         by_stream: dict[str, list[str]] = {}
@@ -343,10 +357,14 @@ class StreamConsumer:
         pipe.execute()
         self.stats.acked += len(entries)
 
-    def _record_failure(self, entry: StreamEntry, exc: BaseException) -> None:
-        """Count a failure; at the limit dead-letter now, otherwise leave it for a reclaim."""
+    def _entry_failed(self, entry: StreamEntry, exc: BaseException) -> None:
+        """A lone entry failed: dead-letter it now if it always will, else count the failure
+        and leave it pending for a reclaim, dead-lettering it at the limit."""
         self.stats.entry_failures += 1
         self.stats.last_error = repr(exc)
+        if is_deterministic(exc):
+            self._dead_letter(entry, describe(exc), entry.deliveries)
+            return
         key = self.keys.failures()
         pipe = self.client.pipeline(transaction=False)
         pipe.hincrby(key, self._failure_key(entry), 1)
@@ -361,20 +379,16 @@ class StreamConsumer:
             exc,
         )
         if failures >= self.settings.max_deliveries:
-            self._dead_letter(entry, f"{type(exc).__name__}: {exc}", failures)
+            self._dead_letter(entry, describe(exc), failures)
 
     def _dead_letter(self, entry: StreamEntry, error: str, deliveries: int) -> None:
-        self.client.xadd(
+        write_dead_letter(
+            self.client,
             self.keys.dead_letters(),
-            {
-                "stream": entry.stream,
-                "entry_id": entry.entry_id,
-                "group": self.group,
-                "error": error[:4000],
-                "deliveries": deliveries,
-                "dead_at": datetime.now(UTC).isoformat(),
-                **{f"field:{k}": v for k, v in entry.fields.items()},
-            },
+            entry,
+            group=self.group,
+            error=error,
+            deliveries=deliveries,
         )
         self._ack([entry])
         self.stats.dead_lettered += 1

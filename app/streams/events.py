@@ -7,8 +7,19 @@ same timestamp → same id). Because the tenant is part of every id, no tenant c
 event collide with another tenant's. A client may echo `event_id` back (a receipt's id); an
 `event_id` that is not the derived one is refused.
 
-Postgres text and jsonb cannot hold NUL characters, so a NUL anywhere in an event is refused
-here rather than discovered by the consumer, where the event could only be dead-lettered.
+An event accepted here must be storable by the consumer, or the client would be told
+"accepted" about an event that can only be dead-lettered. So the door checks, in one place
+(app/limits.py), what the workers and the database can store and read back:
+
+- `timestamp` between 1970-01-01T00:00:00Z and 2200-01-01T00:00:00Z inclusive, after
+  conversion to UTC (naive times are UTC);
+- free-form JSON (`metadata`, `tool_run.arguments`, a raw event's `payload`) plain JSON nested
+  at most 32 levels, within its byte cap; every other free-form field capped too
+  (`iot_trigger.value` 4,096 characters, `tool_run.output` ENGRAM_MAX_CONTENT_BYTES);
+- the whole serialized event within ENGRAM_MAX_EVENT_BYTES;
+- no NUL character (Postgres text and jsonb cannot hold it) and no lone surrogate (not UTF-8)
+  in any string; no NaN or Infinity in any number;
+- identifiers (`tenant_id`, `user_id`) matched whole, a trailing newline included.
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.config import get_settings
+from app.limits import Timestamp, json_problem, text_problem
 
 EVENT_NAMESPACE = uuid.UUID("6f1c2d4e-8a9b-4c3d-9e2f-0a1b2c3d4e5f")
 KNOWN_TYPES = (
@@ -42,10 +54,19 @@ KNOWN_TYPES = (
     "presence_change",
     "tool_run",
 )
+# Pydantic's patterns match the whole text; Python code checks with `is_identifier`, because
+# `re.match` lets `$` match before a final newline.
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 Identifier = Annotated[str, Field(pattern=IDENTIFIER)]
 Channel = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
-_TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_IDENTIFIER = re.compile(IDENTIFIER)
+_TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+MAX_IOT_VALUE_CHARS = 4096
+
+
+def is_identifier(value: object) -> bool:
+    """True when `value` is a whole tenant or user id (nothing before or after it)."""
+    return isinstance(value, str) and _IDENTIFIER.fullmatch(value) is not None
 
 
 class EventValidationError(ValueError):
@@ -69,78 +90,57 @@ def event_uuid(name: str) -> uuid.UUID:
     return uuid.UUID(bytes=bytes(digest))
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def _checked_json(value: dict[str, Any], field: str, max_bytes: int) -> dict[str, Any]:
+    problem = json_problem(value, max_bytes=max_bytes)
+    if problem:
+        raise ValueError(f"{field} {problem}")
+    return value
 
 
-def _find_nul(value: Any, path: str) -> str | None:
-    """Path of the first string (or key) holding a NUL character, or None."""
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and "\x00" in key:
-                return path
-            found = _find_nul(item, path)
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for item in value:
-            found = _find_nul(item, path)
-            if found:
-                return found
-    return None
-
-
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+def _utf8_within(value: str, field: str, limit: int) -> str:
+    # A UTF-8 character is at most 4 bytes: only long texts need encoding to be measured.
+    if len(value) * 4 > limit and len(value.encode()) > limit:
+        raise ValueError(f"{field} is larger than {limit} bytes")
+    return value
 
 
 class EventBase(BaseModel):
-    """Fields every event has. Naive timestamps are taken as UTC."""
+    """Fields every event has. Naive timestamps are taken as UTC; the limits every field
+    must keep are those of the module docstring."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     type: str
     tenant_id: Identifier
     user_id: Identifier
     event_id: uuid.UUID | None = None
     external_id: str | None = Field(default=None, min_length=1, max_length=256)
-    timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    timestamp: Timestamp = Field(
+        default_factory=lambda: datetime.now(UTC),
+        description="when it happened: 1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z",
+    )
     channel: Channel | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _refuse_nul(cls, data: Any) -> Any:
+    def _refuse_unstorable_text(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            # Top-level strings; the JSON fields check their own (see _checked_json).
             for key, value in data.items():
-                if type(value) is str:
-                    if "\x00" not in value:
-                        continue
-                elif not isinstance(value, dict | list) or not _find_nul(value, key):
-                    continue
-                raise PydanticCustomError(
-                    "nul_character",
-                    "{field} must not contain NUL characters",
-                    {"field": key},
-                )
+                problem = text_problem(value) if isinstance(value, str) else None
+                if problem:
+                    raise PydanticCustomError(
+                        "unstorable_text", "{field} {problem}", {"field": key, "problem": problem}
+                    )
         return data
-
-    @field_validator("timestamp")
-    @classmethod
-    def _to_utc(cls, value: datetime) -> datetime:
-        return _utc(value)
 
     @field_validator("metadata")
     @classmethod
     def _metadata_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
         if not value:
             return value
-        limit = get_settings().max_metadata_bytes
-        if _json_size(value) > limit:
-            raise ValueError(f"metadata is larger than {limit} bytes of JSON")
-        return value
+        return _checked_json(value, "metadata", get_settings().max_metadata_bytes)
 
     @model_validator(mode="after")
     def _assign_id(self) -> EventBase:
@@ -153,6 +153,13 @@ class EventBase(BaseModel):
                 {"field": "event_id"},
             )
         object.__setattr__(self, "event_id", derived)
+        limit = get_settings().max_event_bytes
+        if len(self.to_json().encode()) > limit:
+            raise PydanticCustomError(
+                "event_too_large",
+                "the serialized event is larger than {limit} bytes",
+                {"field": "<event>", "limit": limit},
+            )
         return self
 
     def derive_id(self) -> uuid.UUID:
@@ -185,11 +192,7 @@ class TurnEvent(EventBase):
     @field_validator("content")
     @classmethod
     def _content_limits(cls, value: str) -> str:
-        limit = get_settings().max_content_bytes
-        # A UTF-8 character is at most 4 bytes: only long texts need encoding to be measured.
-        if len(value) * 4 > limit and len(value.encode()) > limit:
-            raise ValueError(f"content is larger than {limit} bytes")
-        return value
+        return _utf8_within(value, "content", get_settings().max_content_bytes)
 
 
 class TypingStartEvent(EventBase):
@@ -206,7 +209,7 @@ class IotTriggerEvent(EventBase):
     type: Literal["iot_trigger"] = "iot_trigger"
     device_id: str = Field(min_length=1, max_length=256)
     trigger: str = Field(min_length=1, max_length=256)
-    value: float | str | bool | None = None
+    value: float | Annotated[str, Field(max_length=MAX_IOT_VALUE_CHARS)] | bool | None = None
 
 
 class PresenceChangeEvent(EventBase):
@@ -220,7 +223,19 @@ class ToolRunEvent(EventBase):
     arguments: dict[str, Any] = Field(default_factory=dict)
     success: bool | None = None
     duration_ms: float | None = Field(default=None, ge=0)
-    output: str | None = Field(default=None, max_length=64_000)
+    output: str | None = None
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _checked_json(value, "arguments", get_settings().max_content_bytes)
+
+    @field_validator("output")
+    @classmethod
+    def _output_limits(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return _utf8_within(value, "output", get_settings().max_content_bytes)
 
 
 class GenericEvent(EventBase):
@@ -231,7 +246,7 @@ class GenericEvent(EventBase):
     @field_validator("type")
     @classmethod
     def _type_shape(cls, value: str) -> str:
-        if not _TYPE_PATTERN.match(value):
+        if not _TYPE_PATTERN.fullmatch(value):
             raise ValueError("type must be a lowercase name like 'sensor.reading'")
         if value in KNOWN_TYPES:
             raise ValueError(f"type {value!r} is a known type")
@@ -240,10 +255,7 @@ class GenericEvent(EventBase):
     @field_validator("payload")
     @classmethod
     def _payload_limits(cls, value: dict[str, Any]) -> dict[str, Any]:
-        limit = get_settings().max_content_bytes
-        if _json_size(value) > limit:
-            raise ValueError(f"payload is larger than {limit} bytes of JSON")
-        return value
+        return _checked_json(value, "payload", get_settings().max_content_bytes)
 
 
 KnownEvent = Annotated[
@@ -265,17 +277,21 @@ Event = (
     | GenericEvent
 )
 _known = TypeAdapter(KnownEvent)
+_UNION_MEMBER = re.compile(r"(str|int|float|bool|none|constrained-\w+|function-.*|\w+\[.*\])")
 
 
 def _as_error(exc: ValidationError, *, tagged: bool) -> EventValidationError:
-    """Name each offending field (the discriminated union prefixes locations with the tag)."""
+    """Name each offending field once (the discriminated union prefixes locations with the
+    tag; a union field adds the member tried, e.g. `value.float`, which is no field)."""
     fields: list[str] = []
     details: list[str] = []
     for err in exc.errors():
         loc = err["loc"][1:] if tagged else err["loc"]
+        parts = [str(p) for i, p in enumerate(loc) if i == 0 or not _UNION_MEMBER.fullmatch(str(p))]
         ctx = err.get("ctx") or {}
-        name = ".".join(str(part) for part in loc) or str(ctx.get("field", "<event>"))
-        fields.append(name)
+        name = ".".join(parts) or str(ctx.get("field", "<event>"))
+        if name not in fields:
+            fields.append(name)
         details.append(f"{name}: {err['msg']}")
     return EventValidationError("invalid event: " + "; ".join(details), fields)
 
@@ -292,7 +308,7 @@ def parse_event(data: dict[str, Any] | EventBase) -> Event:
     tagged = kind in KNOWN_TYPES
     try:
         if tagged:
-            return _known.validate_python(data)  # type: ignore[no-any-return]
+            return _known.validate_python(data)
         return GenericEvent.model_validate(data)
     except ValidationError as exc:
         raise _as_error(exc, tagged=tagged) from None
@@ -301,6 +317,6 @@ def parse_event(data: dict[str, Any] | EventBase) -> Event:
 def parse_event_json(raw: str | bytes) -> Event:
     try:
         data = json.loads(raw)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise EventValidationError(f"invalid event: not JSON ({exc})", ["<event>"]) from None
     return parse_event(data)

@@ -14,13 +14,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import redis
 
 from app.config import Settings, get_settings
 from app.keys import RedisKeys, partition_of
-from app.streams.events import Event, EventBase, parse_event
+from app.streams.deployment import stamped
+from app.streams.events import Event, EventBase, EventValidationError, parse_event
+
+
+def validate_all(events: Iterable[Event | Mapping[str, Any]]) -> list[Event]:
+    """Parse a batch, refusing anything that is not an iterable of events (or mappings)."""
+    if isinstance(events, str | bytes | Mapping | EventBase) or not isinstance(events, Iterable):
+        raise EventValidationError(
+            "invalid events: send_many takes a list of events (models or mappings)", ["<events>"]
+        )
+    parsed: list[Event] = []
+    for index, event in enumerate(events):
+        try:
+            if isinstance(event, EventBase):
+                parsed.append(parse_event(event))
+            elif isinstance(event, Mapping):
+                parsed.append(parse_event(dict(event)))
+            else:
+                raise EventValidationError(
+                    f"invalid event: an event must be a mapping, not {type(event).__name__}",
+                    ["<event>"],
+                )
+        except EventValidationError as exc:
+            raise EventValidationError(f"events[{index}]: {exc}", exc.fields) from None
+    return parsed
 
 
 class ProducerError(RuntimeError):
@@ -49,7 +74,12 @@ class EventProducer:
     def __init__(self, client: redis.Redis, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         self.client = client
-        self.keys = RedisKeys.from_settings(self.settings)
+
+    @cached_property
+    def keys(self) -> RedisKeys:
+        """Resolved at the first send, not at construction: learning the deployment may need
+        the database (app/deployment.py), which an API starting during an outage lacks."""
+        return RedisKeys.for_producer(self.settings, self.client)
 
     def stream_for(self, event: EventBase) -> str:
         index = partition_of(event.tenant_id, event.user_id, self.settings.stream_partitions)
@@ -59,8 +89,10 @@ class EventProducer:
         return self.send_many([event])[0]
 
     def send_many(self, events: Iterable[Event | Mapping[str, Any]]) -> list[Receipt]:
-        """Validate every event first (one bad event → nothing written), then pipeline XADDs."""
-        parsed = [parse_event(e if isinstance(e, EventBase) else dict(e)) for e in events]
+        """Validate every event first (one bad event → nothing written), then pipeline XADDs.
+
+        Bad input of any shape raises EventValidationError naming the field; nothing else."""
+        parsed = validate_all(events)
         if not parsed:
             return []
         streams = [self.stream_for(event) for event in parsed]
@@ -77,7 +109,7 @@ class EventProducer:
                 continue
             room[stream] -= 1
             accepted.append((event, stream))
-            pipe.xadd(stream, {"event": event.to_json()})
+            pipe.xadd(stream, stamped({"event": event.to_json()}, self.keys.deployment))
         try:
             replies = pipe.execute() if accepted else []
         except redis.RedisError as exc:

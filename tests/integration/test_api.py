@@ -172,7 +172,10 @@ def bob(client: TestClient) -> Caller:
 def test_healthz_needs_no_key(client: TestClient) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["checks"] == {"database": "ok", "schema": "ok", "redis": "ok"}
+    assert body["schema_revision"] == body["schema_head"] is not None
 
 
 def test_openapi_lists_every_v1_path(client: TestClient) -> None:

@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+from engram_memory_client import AsyncEngramClient, EngramClient, ExtractionStatus
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from app.api.app import create_app
 from app.cli.supervisor import worker_command
-from app.client import AsyncEngramClient, EngramClient, ExtractionStatus
 from app.config import PROJECT_ROOT, Settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder

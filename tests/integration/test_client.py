@@ -1,45 +1,40 @@
-"""The Python SDK against the real API: a uvicorn server in this process, real Postgres and
-Redis, real keys for two tenants, and an in-process ingest consumer for events.
+"""The Python SDK (engram_memory_client) against the real API: a uvicorn server in this
+process, real Postgres and Redis, real keys for two tenants, and an in-process ingest consumer
+for events. tests/integration/test_sdk_installs_alone.py runs it from a venv of its own.
 
-Only the retry-policy test uses a mock transport: it checks what the client does with
-answers a healthy server does not give on demand (503s, dropped connections)."""
+What the client does with answers a healthy server does not give on demand (503s, dropped
+connections) is in tests/unit/test_sdk_retry_policy.py."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import pytest
-import uvicorn
-
-from app.api.app import create_app
-from app.client import (
+from engram_memory_client import (
     AsyncEngramClient,
     AuthenticationError,
     Context,
     EngramClient,
-    EngramError,
     EventsAccepted,
     Memory,
     NotFoundError,
     PayloadTooLargeError,
     SearchHit,
     SearchResults,
-    UnavailableError,
     ValidationError,
 )
+
 from app.config import Settings
 from app.redis_client import get_redis
 from app.services.ingest import IngestService
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
+from tests.integration.api_server import serve
 
 MAX_BODY = 256 * 1024
 
@@ -73,31 +68,10 @@ def sdk_settings(base_settings: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="module")
 def server(database: None, sdk_settings: Settings) -> Iterator[Server]:
-    """The real app under uvicorn on a free localhost port, in a background thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(sdk_settings), log_level="warning", lifespan="on", access_log=False
-    )
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not come up")
-        time.sleep(0.1)
+    """The real app under uvicorn on a free localhost port, with a key for each of two tenants."""
     suffix = uuid.uuid4().hex[:8]
     tenant_a, tenant_b = f"t-sdk-a-{suffix}", f"t-sdk-b-{suffix}"
-    try:
+    with serve(sdk_settings) as url:
         yield Server(
             url=url,
             key_a=mint_key(tenant_a).key,
@@ -105,10 +79,6 @@ def server(database: None, sdk_settings: Settings) -> Iterator[Server]:
             tenant_a=tenant_a,
             tenant_b=tenant_b,
         )
-    finally:
-        uv.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +121,7 @@ def user() -> str:
 def test_health(engram: EngramClient) -> None:
     health = engram.health()
     assert health.ok
-    assert health.checks == {"database": "ok", "redis": "ok"}
+    assert health.checks == {"database": "ok", "schema": "ok", "redis": "ok"}
 
 
 def test_remember_search_and_get_memory(
@@ -372,93 +342,6 @@ def test_entity_names_with_a_slash(engram: EngramClient, user: str) -> None:
     engram.remember(user, ["Erin uses CI/CD at Acme"])
     assert "Erin —uses→ ci/cd" in {e.fact for e in engram.entity_graph(user, "Erin").edges}
     assert engram.entity_graph(user, "ci/cd").entity.name == "ci/cd"
-
-
-def test_retry_policy() -> None:
-    """503 twice then 200 succeeds; a 4xx is never retried; errors are typed."""
-    answers: list[httpx.Response | Exception] = []
-    seen: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(f"{request.method} {request.url.path}")
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    stats = {"tenant_id": "t", "users": 1, "current_memories": 2, "rows": {"x.y": 3}}
-    client = EngramClient(
-        "http://engram.test",
-        "egk_k",
-        retries=3,
-        backoff=0.001,
-        transport=httpx.MockTransport(handler),
-    )
-    with client:
-        answers[:] = [httpx.Response(503), httpx.Response(503), httpx.Response(200, json=stats)]
-        assert client.stats().current_memories == 2
-        assert len(seen) == 3
-
-        seen.clear()
-        answers[:] = [httpx.Response(400, json={"detail": "bad"}), httpx.Response(200)]
-        with pytest.raises(EngramError) as refused:
-            client.stats()
-        assert refused.value.status == 400
-        assert refused.value.message == "bad"
-        assert len(seen) == 1
-
-        seen.clear()
-        answers[:] = [httpx.Response(404, json={"detail": "memory x not found"})]
-        with pytest.raises(NotFoundError):
-            client.get_memory(uuid.uuid4())
-        assert len(seen) == 1
-
-        seen.clear()
-        answers[:] = [httpx.Response(503, json={"detail": {"message": "down"}})] * 4
-        with pytest.raises(UnavailableError) as down:
-            client.stats()
-        assert (down.value.status, down.value.message) == (503, "down")
-        assert len(seen) == 4  # the first attempt and three retries
-
-        seen.clear()
-        answers[:] = [httpx.ConnectError("refused"), httpx.Response(200, json=stats)]
-        assert client.stats().users == 1
-        assert len(seen) == 2
-
-        seen.clear()
-        answers[:] = [
-            httpx.Response(502, headers={"Retry-After": "0.3"}),
-            httpx.Response(200, json=stats),
-        ]
-        started = time.monotonic()
-        client.stats()
-        assert time.monotonic() - started >= 0.3
-
-        # Counting a procedure run is not idempotent: a read timeout may hide a success.
-        seen.clear()
-        answers[:] = [httpx.ReadTimeout("slow"), httpx.Response(201, json={})]
-        with pytest.raises(UnavailableError) as lost:
-            client.record_procedure("u", "q", ["a"], 1.0, 1.0)
-        assert lost.value.status is None
-        assert len(seen) == 1
-
-        seen.clear()
-        degraded = {"status": "degraded", "checks": {"database": "ok", "redis": "error: X"}}
-        answers[:] = [httpx.Response(503, json=degraded)]
-        health = client.health()
-        assert (health.ok, health.checks["redis"]) == (False, "error: X")
-        assert len(seen) == 1  # "degraded" is an answer, not a failure to retry
-
-        seen.clear()
-        answers[:] = [
-            httpx.Response(
-                422, json={"detail": {"message": "invalid", "fields": ["events[0].role"]}}
-            )
-        ]
-        with pytest.raises(ValidationError) as invalid:
-            client.send_events([{"type": "turn"}])
-        assert invalid.value.fields == ["events[0].role"]
-        assert len(seen) == 1
 
 
 def test_async_client_remembers_searches_and_builds_context(server: Server, user: str) -> None:

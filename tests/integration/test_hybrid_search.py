@@ -26,7 +26,7 @@ from app.embedding.factory import get_embedder
 from app.extraction.base import Gem
 from app.keys import RedisKeys
 from app.layers.semantic.service import store_gems
-from app.services.access import apply_pending
+from app.services.access import apply_pending, remove_applied
 from app.services.ingest import IngestService
 from app.services.memories import MemoryIn, RememberRequest, get_memory, remember
 from app.services.search import SearchHit, SearchRequest, SearchResult, search
@@ -840,3 +840,19 @@ def test_embedding_backend_down_gives_lexical_results_with_a_warning(
     assert "dense" not in result.hits[0].parts and result.hits[0].parts["lexical"] > 0
     # Nothing lexical in common: no hits, still no exception.
     assert find(tenant, settings, DownEmbedder(), user_id=user, query="zebra").hits == []
+
+
+def test_overlapping_applies_never_drop_a_newer_access_record(
+    redis_client: Any, prefix: str
+) -> None:
+    # Two runs read the same two records and each removes what it applied; a record that
+    # arrived in between stays for the next run (trimming by count would drop it).
+    buffer = f"{prefix}:access:overlap"
+    old = [json.dumps({"id": str(uuid.uuid4())}) for _ in range(2)]
+    redis_client.rpush(buffer, *old)
+    read_by_both = redis_client.lrange(buffer, 0, -1)
+    newer = json.dumps({"id": str(uuid.uuid4())})
+    redis_client.rpush(buffer, newer)
+    remove_applied(redis_client, buffer, read_by_both)
+    remove_applied(redis_client, buffer, read_by_both)
+    assert redis_client.lrange(buffer, 0, -1) in ([newer], [newer.encode()])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.config import Settings
@@ -74,3 +76,70 @@ def test_full_partition_refuses_instead_of_dropping(
     assert redis_client.xlen(stream) == 1000
     first = redis_client.xrange(stream, count=1)[0]
     assert b'"external_id":"m-0"' in first[1][b"event"]
+
+
+@pytest.mark.parametrize(
+    ("events", "field"),
+    [
+        ([["type", "turn"]], "<event>"),
+        (["turn"], "<event>"),
+        ([5], "<event>"),
+        ([None], "<event>"),
+        ("turn", "<events>"),
+        (None, "<events>"),
+        (5, "<events>"),
+        ({"type": "turn"}, "<events>"),
+    ],
+)
+def test_wrong_shapes_are_validation_errors(
+    settings: Settings, redis_client, events: object, field: str
+) -> None:
+    producer = EventProducer(redis_client, settings)
+    with pytest.raises(EventValidationError) as caught:
+        producer.send_many(events)  # type: ignore[arg-type]
+    assert caught.value.fields == [field]
+    assert _total_length(redis_client, settings) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"timestamp": "0001-01-01T00:00:00+05:00"}, "timestamp"),
+        ({"timestamp": "0001-01-01T00:00:00Z"}, "timestamp"),
+        ({"timestamp": "9999-12-31T23:59:59Z"}, "timestamp"),
+        ({"metadata": {"deep": json.loads("[" * 40 + "]" * 40)}}, "metadata"),
+        ({"user_id": "u9\n"}, "user_id"),
+        ({"content": "\ud800"}, "content"),
+    ],
+)
+def test_what_a_worker_could_not_store_is_refused_at_the_door(
+    settings: Settings, redis_client, tenant: str, change: dict, field: str
+) -> None:
+    producer = EventProducer(redis_client, settings)
+    with pytest.raises(EventValidationError) as caught:
+        producer.send({**turn(tenant, "u1", 1), **change})
+    assert caught.value.fields == [field]
+    assert _total_length(redis_client, settings) == 0
+
+
+def test_ten_megabytes_of_arguments_are_refused(
+    settings: Settings, redis_client, tenant: str
+) -> None:
+    producer = EventProducer(redis_client, settings)
+    tool = {"type": "tool_run", "tenant_id": tenant, "user_id": "u1", "tool": "grep"}
+    with pytest.raises(EventValidationError) as caught:
+        producer.send({**tool, "arguments": {"blob": "x" * 10_000_000}})
+    assert caught.value.fields == ["arguments"]
+    iot = {"type": "iot_trigger", "tenant_id": tenant, "user_id": "u1", "device_id": "d"}
+    with pytest.raises(EventValidationError) as caught:
+        producer.send({**iot, "trigger": "t", "value": "v" * 10_000_000})
+    assert caught.value.fields == ["value"]
+    assert _total_length(redis_client, settings) == 0
+
+
+def test_the_bad_event_of_a_batch_is_pointed_at(
+    settings: Settings, redis_client, tenant: str
+) -> None:
+    producer = EventProducer(redis_client, settings)
+    with pytest.raises(EventValidationError, match=r"events\[1\]"):
+        producer.send_many([turn(tenant, "u1", 1), {**turn(tenant, "u1", 2), "role": 7}])

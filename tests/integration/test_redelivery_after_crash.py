@@ -38,6 +38,17 @@ def _pending(client, settings: Settings) -> int:  # type: ignore[no-untyped-def]
     return total
 
 
+def _consumers_of(client, settings: Settings, pid: int) -> set[str]:  # type: ignore[no-untyped-def]
+    """Consumers (named host:pid:index:nonce) that a worker process registered in the group."""
+    names: set[str] = set()
+    for key in RedisKeys.from_settings(settings).partitions(settings.stream_partitions):
+        with contextlib.suppress(redis.ResponseError):
+            names |= {
+                c["name"].decode() for c in client.xinfo_consumers(key, settings.consumer_group)
+            }
+    return {name for name in names if name.split(":")[1] == str(pid)}
+
+
 def test_sigkill_mid_batch_then_reclaim_is_exactly_once(
     settings: Settings, redis_client, tenant: str
 ) -> None:
@@ -55,11 +66,14 @@ def test_sigkill_mid_batch_then_reclaim_is_exactly_once(
         doomed.wait()
     assert held > 0, "the worker was killed with nothing in flight; the test proves nothing"
     stored_at_kill = _count(tenant)
+    assert _consumers_of(redis_client, settings, doomed.pid), "the dead consumer is registered"
     assert stored_at_kill < total, "the worker finished before it was killed"
 
     with celery_worker(settings):
         assert wait_for(lambda: _count(tenant) == total, timeout=120)
         assert wait_for(lambda: _pending(redis_client, settings) == 0, timeout=30)
+        # Its entries reclaimed, the killed worker's consumer leaves the group.
+        assert wait_for(lambda: not _consumers_of(redis_client, settings, doomed.pid), 90)
 
     with unit_of_work(tenant) as session:
         assert session.scalar(select(func.count(func.distinct(Turn.external_id)))) == total

@@ -138,7 +138,7 @@ def test_every_working_memory_key_expires(
 
     # Every per-user key under the working-memory namespace expires; only the active index
     # (kept small by flush_idle) lives on.
-    found = {k.decode() for k in redis_client.scan_iter(match=f"{wm_settings.redis_prefix}:wm:*")}
+    found = {k.decode() for k in redis_client.scan_iter(match=f"{keys.prefix}:wm:*")}
     assert found == {*user_keys, keys.working_active()}
 
     store.read(tenant, "alice")  # folding the summary must not strip the TTL

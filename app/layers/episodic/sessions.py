@@ -5,6 +5,10 @@ timeout. Turns carry their producer's timestamp, so backfilled history lands in 
 its own time, not in today's. A backfilled turn that bridges two sessions (within the idle
 timeout of both) merges them into the earlier one. A new session's id derives from its first
 turn's id, so a replayed batch recreates the same session rather than a twin.
+
+Windows are compared as differences of times (`at - last <= idle`), never as shifted times
+(`last + idle`), and `session_window` saturates: no timestamp, however near datetime's own
+limits, and no idle timeout, however long, can make the arithmetic overflow.
 """
 
 from __future__ import annotations
@@ -12,9 +16,30 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 SESSION_NAMESPACE = uuid.UUID("0b8f3c1e-5d2a-4e7b-9c6f-1a2b3c4d5e6f")
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _shift(at: datetime, delta: timedelta) -> datetime:
+    """`at + delta`, held at datetime's own range instead of raising OverflowError."""
+    try:
+        return at + delta
+    except OverflowError:
+        return _LATEST if delta > timedelta(0) else _EARLIEST
+
+
+def session_window(times: Iterable[datetime], idle: timedelta) -> tuple[datetime, datetime]:
+    """[earliest - idle, latest + idle]: where stored sessions a batch may touch can lie."""
+    seen = list(times)
+    return _shift(min(seen), -idle), _shift(max(seen), idle)
+
+
+def _within(earlier: datetime, later: datetime, idle: timedelta) -> bool:
+    """`later - earlier <= idle`: a difference of times cannot overflow, a shifted time can."""
+    return later - earlier <= idle
 
 
 @dataclass
@@ -28,7 +53,7 @@ class SessionSpan:
     touched: bool = False
 
     def covers(self, at: datetime, idle: timedelta) -> bool:
-        return self.started_at - idle <= at <= self.last_turn_at + idle
+        return _within(at, self.started_at, idle) and _within(self.last_turn_at, at, idle)
 
     def extend(self, at: datetime, channel: str) -> None:
         self.started_at = min(self.started_at, at)
@@ -60,7 +85,10 @@ def _merge_bridged(
         s
         for s in spans
         if s is span
-        or (s.started_at - idle <= span.last_turn_at and span.started_at <= s.last_turn_at + idle)
+        or (
+            _within(span.last_turn_at, s.started_at, idle)
+            and _within(s.last_turn_at, span.started_at, idle)
+        )
     ]
     if len(group) == 1:
         return span, []

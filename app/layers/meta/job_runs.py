@@ -85,11 +85,14 @@ def earlier_at_tick(
 
 
 def recent(*, session: Session, limit: int) -> list[Any]:
+    """The latest runs of jobs; `beat:<entry>` rows (when each beat entry last ran, kept so
+    a second beat skips it) are bookkeeping, not work, and would fill the list."""
     return list(
         session.execute(
             text(
                 "SELECT job, tenant_id, scope, status, rows, errors, started_at, finished_at,"
-                " error, detail FROM meta.job_runs ORDER BY started_at DESC LIMIT :limit"
+                " error, detail FROM meta.job_runs WHERE job NOT LIKE 'beat:%'"
+                " ORDER BY started_at DESC LIMIT :limit"
             ),
             {"limit": limit},
         )

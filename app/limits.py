@@ -1,0 +1,172 @@
+"""What Engram accepts at the door: the one statement of what its workers and database can
+store and read back, shared by the event model and the REST request models.
+
+- **Timestamps** lie between `TIMESTAMP_MIN` (1970-01-01T00:00:00Z) and `TIMESTAMP_MAX`
+  (2200-01-01T00:00:00Z), both included, once converted to UTC (a naive one is taken as UTC).
+  No conversation predates the Unix epoch, and 2200 leaves any clock-skewed producer room,
+  while every sum done on a stored time (session windows, decay, time references, millisecond
+  scores in Redis) stays centuries inside Python's datetime (years 1 to 9999) — the range psycopg
+  can read back. A time outside it would be accepted and then fail in a worker, or be stored
+  and then fail every read of the user's rows.
+- **Free-form JSON** (metadata, tool arguments, payloads, procedure steps) is plain JSON —
+  objects with string keys, arrays, strings, finite numbers, booleans, null — nested at most
+  `MAX_JSON_DEPTH` levels (the value itself is level 1) and under its field's byte cap.
+  Recursive encoders (the stdlib's, FastAPI's) give up some hundreds of levels down; 32 is
+  far beyond any real metadata and far below any of them.
+- **Text** holds no NUL (Postgres text and jsonb refuse it) and no lone surrogate (not UTF-8:
+  neither Redis nor Postgres can be sent it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+from app.config import get_settings
+
+TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TIMESTAMP_MAX = datetime(2200, 1, 1, tzinfo=UTC)
+MAX_JSON_DEPTH = 32
+RANGE_MESSAGE = (
+    f"must be between {TIMESTAMP_MIN:%Y-%m-%dT%H:%M:%SZ} and "
+    f"{TIMESTAMP_MAX:%Y-%m-%dT%H:%M:%SZ} (UTC)"
+)
+REPAIRED_MARKER = "_repaired"
+
+_BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def utc_in_range(value: datetime) -> datetime:
+    """The time in UTC, or ValueError when it (or its conversion to UTC) is out of range."""
+    try:
+        at = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except (OverflowError, ValueError):
+        raise ValueError(RANGE_MESSAGE) from None
+    if not TIMESTAMP_MIN <= at <= TIMESTAMP_MAX:
+        raise ValueError(RANGE_MESSAGE)
+    return at
+
+
+def text_problem(value: str) -> str | None:
+    """Why Postgres or Redis could not take this text, or None."""
+    found = _BAD_TEXT.search(value)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "must not contain NUL characters"
+    return "must be valid Unicode (it holds a lone surrogate)"
+
+
+def check_text(value: str) -> str:
+    """Pydantic AfterValidator form of `text_problem`."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def json_problem(value: Any, *, max_bytes: int) -> str | None:
+    """Why `value` is not storable JSON within `max_bytes` and MAX_JSON_DEPTH, or None.
+
+    Walked with an explicit stack, so no input (however deep, even cyclic) can exhaust
+    Python's recursion; a lower bound of the encoded size stops huge values early."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    floor = 0
+    while stack:
+        item, depth = stack.pop()
+        problem = _item_problem(item, depth)
+        if problem:
+            return problem
+        floor += _size_floor(item)
+        if floor > max_bytes:
+            return f"is larger than {max_bytes} bytes of JSON"
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+    try:
+        size = json_size(value)
+    except ValueError:  # an integer too long to print
+        return "holds a number too large to store"
+    if size > max_bytes:
+        return f"is larger than {max_bytes} bytes of JSON"
+    return None
+
+
+def _item_problem(item: Any, depth: int) -> str | None:
+    if isinstance(item, str):
+        return text_problem(item)
+    if isinstance(item, dict | list | tuple):
+        if depth > MAX_JSON_DEPTH:
+            return f"must not be nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    return "must have string keys only"
+                problem = text_problem(key)
+                if problem:
+                    return problem
+        return None
+    if isinstance(item, float):
+        return None if math.isfinite(item) else "must not hold NaN or Infinity"
+    if item is None or isinstance(item, bool | int):
+        return None
+    return f"must be plain JSON (found {type(item).__name__})"
+
+
+def _size_floor(item: Any) -> int:
+    """A lower bound of the item's own encoded bytes (children are counted on their own)."""
+    if isinstance(item, str):
+        return len(item) + 2
+    if isinstance(item, dict):
+        return 2 + sum(len(key) + 3 for key in item)
+    if isinstance(item, list | tuple):
+        return 2 + len(item)
+    return 1
+
+
+def json_size(value: Any) -> int:
+    """Bytes of the compact UTF-8 JSON encoding (call only on values json_problem accepts)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def within_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when `value` nests at most `limit` levels (read paths: cheap, never recursive)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > limit:
+                return False
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list | tuple):
+            if depth > limit:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+    return True
+
+
+def readable_json(value: Any, what: str = "value") -> Any:
+    """`value`, or a marker object when it nests too deeply for a response to carry it."""
+    if within_depth(value):
+        return value
+    return {REPAIRED_MARKER: f"{what} nested deeper than {MAX_JSON_DEPTH} levels was withheld"}
+
+
+def _storable_metadata(value: Any) -> Any:
+    problem = json_problem(value, max_bytes=get_settings().max_metadata_bytes)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
+SafeText = Annotated[str, AfterValidator(check_text)]
+# Client metadata (and each procedure step): storable JSON within ENGRAM_MAX_METADATA_BYTES.
+Metadata = Annotated[dict[str, Any], AfterValidator(_storable_metadata)]
+JsonStep = Annotated[str | dict[str, Any], AfterValidator(_storable_metadata)]

@@ -1,0 +1,61 @@
+"""The dead-letter stream: where an entry that cannot be stored goes, whole, with its error.
+
+An entry is dead-lettered at once when its failure is deterministic — it cannot be decoded
+(not UTF-8, repeated fields) or its payload is refused by validation (missing `event` field,
+not JSON, a field out of bounds): every later delivery would fail the same way. Any other
+failure (say, a value the database refuses) gets `max_deliveries` tries first, since an error
+we cannot classify might be a passing one.
+
+The dead letter keeps the entry losslessly: its fields are copied as raw bytes (Redis values
+are binary-safe), in their order and with repeats, each under `field:<name>`, next to the
+source stream, entry id, group, error, delivery count and time. It is written *before* the
+entry is acked: a crash in between duplicates a dead letter, never loses one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+
+from app.streams.entries import StreamEntry
+
+ERROR_MAX_CHARS = 4000
+FIELD_PREFIX = b"field:"
+
+
+def dead_letter_fields(entry: StreamEntry, *, group: str, error: str, deliveries: int) -> list[Any]:
+    """The dead letter as a flat field/value list (XADD keeps repeats that a dict would not)."""
+    flat: list[Any] = [
+        "stream",
+        entry.stream,
+        "entry_id",
+        entry.entry_id,
+        "group",
+        group,
+        "error",
+        error[:ERROR_MAX_CHARS],
+        "deliveries",
+        deliveries,
+        "dead_at",
+        datetime.now(UTC).isoformat(),
+    ]
+    for name, value in entry.raw_pairs():
+        flat += [FIELD_PREFIX + name, value]
+    return flat
+
+
+def write_dead_letter(
+    client: redis.Redis,
+    key: str,
+    entry: StreamEntry,
+    *,
+    group: str,
+    error: str,
+    deliveries: int,
+) -> str:
+    """XADD the dead letter; returns its id."""
+    fields = dead_letter_fields(entry, group=group, error=error, deliveries=deliveries)
+    entry_id = client.execute_command("XADD", key, "*", *fields)
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

@@ -1,0 +1,52 @@
+"""Token counts from the shipped tokenizer or a configured tokenizer.json."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.text import tokens
+from app.text.tokens import TokenizerError, count_many, count_tokens, load_tokenizer
+
+
+def test_every_cjk_character_counts() -> None:
+    text = "我们今天去公园散步吧天气很好"
+    assert count_tokens(text) >= len(text)
+
+
+def test_a_long_compound_is_several_pieces() -> None:
+    assert count_tokens("Donaudampfschifffahrtsgesellschaftskapitän") > 5
+
+
+def test_no_special_tokens_are_added() -> None:
+    assert count_tokens("") == 0
+    assert count_tokens("hello") == 1
+
+
+def test_count_many_matches_count_tokens() -> None:
+    texts = ["a b c", "Grüße aus München!", "", "数据库"]
+    assert count_many(texts) == [count_tokens(t) for t in texts]
+
+
+@given(st.text(max_size=300), st.integers(min_value=0, max_value=60))
+def test_truncation_is_a_prefix_within_the_budget(text: str, budget: int) -> None:
+    cut = tokens.truncate_to_tokens(text, budget)
+    assert text.startswith(cut)
+    assert count_tokens(cut) <= budget
+    if count_tokens(text) <= budget:
+        assert cut == text
+
+
+def test_a_model_familys_tokenizer_file_can_be_configured(tmp_path: Path) -> None:
+    copy = tmp_path / "tokenizer.json"
+    shutil.copy(tokens._SHIPPED_PATH, copy)
+    assert load_tokenizer(str(copy)).encode("hello world").ids
+
+
+def test_a_missing_tokenizer_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="ENGRAM_TOKENIZER"):
+        load_tokenizer(str(tmp_path / "nope.json"))
