@@ -66,9 +66,26 @@ def _invisible(char: str) -> bool:
     return unicodedata.category(char) in ("Cc", "Cf") and not char.isspace()
 
 
+class _SkeletonTable(dict[int, str | None]):
+    """str.translate table filled on first sight of each character: the search path checks
+    every hit's text, and a per-character Python loop cost more than the search itself."""
+
+    def __missing__(self, code: int) -> str | None:
+        char = chr(code)
+        value = None if _invisible(char) else (_bracket(char) or char)
+        if len(self) >= _MAX_CACHED:  # text of every script must not grow it without bound
+            self.clear()
+        self[code] = value
+        return value
+
+
+_MAX_CACHED = 20_000
+_SKELETON = _SkeletonTable()
+
+
 def _skeleton(text: str) -> str:
     """The text as a reader sees it: brackets unmasked, invisible characters gone."""
-    return "".join(_bracket(char) or char for char in text if not _invisible(char))
+    return text.translate(_SKELETON)
 
 
 def imitates_fence(text: str) -> bool:
