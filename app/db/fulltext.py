@@ -20,10 +20,15 @@ from app.scoring.retrieval import bm25, bm25_ceiling, tsvector_terms
 
 MAX_QUERY_TERMS = 48
 COMMON_SHARE = 0.2
-# 0.05 left out rows holding only the question's commoner words, which on long conversations
-# (> `sample` turns) cost 0.03 recall@10 (bench/conversations.py); a fifth of the rows keeps
-# the match bounded (ts_rank over them, BM25 over the best `limit`) at ~+3 ms on 1.5k turns.
-MATCH_SHARE = 0.2
+# The selecting terms may hold up to MATCH_ROWS rows of the user (ts_rank over them, BM25
+# over the best `limit`), as a share of the rows between MIN and MAX: 0.05 of a 1.5k-turn
+# conversation left out rows holding only the question's commoner words, which cost 0.03
+# recall@10 (bench/conversations.py), while 0.2 of a 14k-memory user doubled search p95
+# (bench/search.py). The user's rows are counted only past `sample`, and only up to
+# MATCH_ROWS / MIN_MATCH_SHARE, beyond which the share is MIN_MATCH_SHARE anyway.
+MATCH_ROWS = 500
+MAX_MATCH_SHARE = 0.2
+MIN_MATCH_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -50,20 +55,30 @@ def _tsquery(lexemes: list[str]) -> str:
     )
 
 
-def _selecting(terms: dict[str, int], df: dict[str, int], sampled: int, *, full: bool) -> list[str]:
+def match_share(total: int) -> float:
+    """Share of a user's rows the selecting terms may hold (see MATCH_ROWS)."""
+    if total <= 0:
+        return MAX_MATCH_SHARE
+    return max(MIN_MATCH_SHARE, min(MAX_MATCH_SHARE, MATCH_ROWS / total))
+
+
+def _selecting(
+    terms: dict[str, int], df: dict[str, int], sampled: int, *, full: bool, share: float
+) -> list[str]:
     """The terms whose matches become candidates: all of them when the statistics covered
     every row of the user (a user that small costs little whatever matches). Over a big
     user's sample, terms held by more than COMMON_SHARE of the rows score little (low idf)
     and would pull in a large share of the rows, so they select nothing unless nothing else
-    would; the rest are taken rarest first while together they hold at most MATCH_SHARE of
-    the rows: the best BM25 rows hold the rare query terms, and the rows to rank stay few."""
+    would; the rest are taken rarest first while together they hold at most `share` of
+    the rows (match_share): the best BM25 rows hold the rare query terms, and the rows to
+    rank stay few."""
     ordered = sorted(terms, key=lambda t: (df[t], t))
     if full:
         return ordered
     selective = [t for t in ordered if df[t] <= COMMON_SHARE * sampled] or ordered[:1]
     chosen, held = [], 0
     for term in selective:
-        if chosen and held + df[term] > MATCH_SHARE * sampled:
+        if chosen and held + df[term] > share * sampled:
             break
         chosen.append(term)
         held += df[term]
@@ -95,10 +110,19 @@ def bm25_candidates(
             f"  WHERE {scope.where} LIMIT :sample)"
             " SELECT q.lexeme, q.tf,"
             f" (SELECT count(*) FROM s WHERE s.v @@ {_QUOTED_LEXEME}) AS df,"
-            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len"
+            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len,"
+            " CASE WHEN (SELECT count(*) FROM s) < :sample THEN 0 ELSE (SELECT count(*) FROM"
+            f"  (SELECT 1 FROM {scope.table} WHERE {scope.where} LIMIT :count_cap) AS c) END"
+            "  AS total"
             " FROM q"
         ),
-        {**params, "query": query[:20_000], "max_terms": MAX_QUERY_TERMS, "sample": scope.sample},
+        {
+            **params,
+            "query": query[:20_000],
+            "max_terms": MAX_QUERY_TERMS,
+            "sample": scope.sample,
+            "count_cap": int(MATCH_ROWS / MIN_MATCH_SHARE),
+        },
     ).all()
     if not stats or not stats[0].sampled:
         return {}
@@ -106,7 +130,9 @@ def bm25_candidates(
     avg_len = float(stats[0].avg_len or 1.0)
     terms = {row.lexeme: int(row.tf) for row in stats}
     df = {row.lexeme: int(row.df) for row in stats}
-    rows = match(_tsquery(_selecting(terms, df, n_docs, full=n_docs < scope.sample)), limit)
+    share = match_share(int(stats[0].total or 0))
+    selecting = _selecting(terms, df, n_docs, full=n_docs < scope.sample, share=share)
+    rows = match(_tsquery(selecting), limit)
     # The ceiling counts every query term, found or not: words of the query that no row holds
     # are part of what was asked, so a row matching one common word scores low.
     ceiling = bm25_ceiling(terms, df=df, n_docs=n_docs) or 1.0

@@ -360,7 +360,10 @@ def test_every_term_selects_when_the_statistics_covered_every_row() -> None:
     from app.db.fulltext import _selecting
 
     terms = {"allerg": 1, "food": 1}
-    assert _selecting(terms, {"allerg": 1, "food": 0}, 3, full=True) == ["food", "allerg"]
+    assert _selecting(terms, {"allerg": 1, "food": 0}, 3, full=True, share=0.05) == [
+        "food",
+        "allerg",
+    ]
 
 
 def test_over_a_sample_rare_terms_select_and_common_ones_do_not() -> None:
@@ -370,10 +373,19 @@ def test_over_a_sample_rare_terms_select_and_common_ones_do_not() -> None:
     df = {"review": 300, "oskar": 4, "thursday": 20, "kickoff": 0}
     # 500 sampled rows: review (60 %) is common; the rest are taken rarest first while they
     # hold at most 5 % of the rows together (0 + 4 + 20 = 24 ≤ 25).
-    assert _selecting(terms, df, 500, full=False) == ["kickoff", "oskar", "thursday"]
+    assert _selecting(terms, df, 500, full=False, share=0.05) == ["kickoff", "oskar", "thursday"]
 
 
 def test_over_a_sample_the_rarest_term_selects_even_when_all_are_common() -> None:
     from app.db.fulltext import _selecting
 
-    assert _selecting({"a": 1, "b": 1}, {"a": 400, "b": 300}, 500, full=False) == ["b"]
+    assert _selecting({"a": 1, "b": 1}, {"a": 400, "b": 300}, 500, full=False, share=0.05) == ["b"]
+
+
+def test_the_match_share_shrinks_as_the_user_grows() -> None:
+    from app.db.fulltext import MAX_MATCH_SHARE, MIN_MATCH_SHARE, match_share
+
+    assert match_share(0) == MAX_MATCH_SHARE  # small users: every term selects anyway
+    assert match_share(1_500) == MAX_MATCH_SHARE
+    assert MIN_MATCH_SHARE < match_share(5_000) < MAX_MATCH_SHARE
+    assert match_share(10_000) == MIN_MATCH_SHARE == match_share(1_000_000)

@@ -36,8 +36,9 @@ WITH seeds AS (
                        WHERE mn.user_id = :user
                          AND mn.memory_id = ANY(CAST(:seed_memories AS uuid[]))))
       AND e.mention_count <= GREATEST(3, LEAST(:max_mentions, :hub_share * (
-          SELECT count(*) FROM semantic.memories AS c
-          WHERE c.tenant_id = :tenant AND c.user_id = :user AND c.valid_to IS NULL)))
+          SELECT count(*) FROM (SELECT 1 FROM semantic.memories AS c
+              WHERE c.tenant_id = :tenant AND c.user_id = :user AND c.valid_to IS NULL
+              LIMIT :count_cap) AS counted)))
     ORDER BY e.mention_count, e.id
     LIMIT :max_seeds
 )
@@ -82,6 +83,8 @@ def entity_links(
             "names": list(dict.fromkeys(names))[:_MAX_NAMES],
             "seed_memories": list(seed_memories),
             "max_mentions": MAX_HUB_MENTIONS,
+            # Past max_mentions / hub_share memories the cap decides: no need to count on.
+            "count_cap": int(MAX_HUB_MENTIONS / hub_share) + 1,
             "hub_share": hub_share,
             "max_seeds": max_seeds,
             "vector": vector_literal(vector),
