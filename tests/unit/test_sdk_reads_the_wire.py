@@ -256,6 +256,8 @@ def test_retry_after_reads_seconds_and_dates() -> None:
     assert retry_after("3") == 3.0
     assert retry_after("-1") == 0.0
     assert retry_after("nan") is None
-    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    at = datetime(2015, 10, 21, 7, 28, tzinfo=UTC)
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=at + timedelta(hours=1)) == 0.0
+    assert retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=at) == 30.0
     assert retry_after("soon") is None
     assert retry_after(None) is None

@@ -92,8 +92,9 @@ def read_reply(response: httpx.Response, into: type[M]) -> M:
         ) from None
 
 
-def retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent/bad."""
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date, counted from `now`,
+    the current time unless given); None if absent/bad."""
     if not value:
         return None
     try:
@@ -108,4 +109,4 @@ def retry_after(value: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
+    return max((when - (now or datetime.now(timezone.utc))).total_seconds(), 0.0)
