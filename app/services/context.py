@@ -36,11 +36,12 @@ from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
-from app.scoring.retrieval import PriorWeights, memory_prior, recency
+from app.scoring.retrieval import memory_prior, recency
 from app.services import procedures
 from app.services.access import record_retrieval
 from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
+from app.services.search_models import prior_weights
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
 from app.text.tokens import count_tokens, truncate_to_tokens
@@ -157,11 +158,7 @@ def _from_prefetch(
     entry: PrefetchEntry, vector: list[float] | None, settings: Settings, limit: int
 ) -> list[dict[str, Any]]:
     """Rank prefetched memories against the query: cosine times the same prior search uses."""
-    weights = PriorWeights(
-        importance=settings.search_prior_importance,
-        recency=settings.search_prior_recency,
-        consolidation=settings.search_prior_consolidation,
-    )
+    weights = prior_weights(settings)
     similarity = (
         entry.vectors @ np.asarray(vector, dtype=np.float32)
         if vector is not None

@@ -20,13 +20,18 @@ from app.config import Settings
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.scoring.retrieval import (
-    PriorWeights,
     memory_prior,
     recency,
     reciprocal_rank_fusion,
     weighted_fusion,
 )
-from app.services.search_models import SearchHit, SearchRequest, memory_hit, turn_hit
+from app.services.search_models import (
+    SearchHit,
+    SearchRequest,
+    memory_hit,
+    prior_weights,
+    turn_hit,
+)
 
 Key = tuple[str, uuid.UUID]  # ("memory" | "turn", id)
 
@@ -155,11 +160,7 @@ def _rank(
     settings: Settings,
     now: datetime,
 ) -> list[SearchHit]:
-    weights = PriorWeights(
-        importance=settings.search_prior_importance,
-        recency=settings.search_prior_recency,
-        consolidation=settings.search_prior_consolidation,
-    )
+    weights = prior_weights(settings)
     half_life = settings.search_recency_half_life_days
     hits: list[SearchHit] = []
     for key, relevance in pool:

@@ -9,7 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.config import Settings
 from app.layers.semantic.models import MEMORY_KINDS
+from app.scoring.retrieval import PriorWeights
 from app.streams.events import Channel, Identifier
 from app.text.injection import SUSPECTED_INSTRUCTION
 from app.text.storable import StorableTag, StorableText
@@ -101,6 +103,15 @@ class SearchResult:
     # The time the query named ([start, end) and its words), when it named one.
     time_window: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+
+
+def prior_weights(settings: Settings) -> PriorWeights:
+    """The prior's weights every ranking of memories and turns multiplies relevance by."""
+    return PriorWeights(
+        importance=settings.search_prior_importance,
+        recency=settings.search_prior_recency,
+        consolidation=settings.search_prior_consolidation,
+    )
 
 
 def memory_suspected(row: Any) -> bool:

@@ -27,10 +27,16 @@ from app.layers.conceptual.search import entity_links
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.scoring.fusion import Fused, Leg, fuse_turns
-from app.scoring.retrieval import PriorWeights, memory_prior, recency
+from app.scoring.retrieval import memory_prior, recency
 from app.scoring.spreading import first_hop, spread
 from app.services.search_memories import filters_of
-from app.services.search_models import SearchHit, SearchRequest, memory_hit, turn_hit
+from app.services.search_models import (
+    SearchHit,
+    SearchRequest,
+    memory_hit,
+    prior_weights,
+    turn_hit,
+)
 from app.text.time_window import TimeWindow
 
 
@@ -207,11 +213,7 @@ def _hits(
     settings: Settings,
     now: datetime,
 ) -> list[SearchHit]:
-    weights = PriorWeights(
-        importance=settings.search_prior_importance,
-        recency=settings.search_prior_recency,
-        consolidation=settings.search_prior_consolidation,
-    )
+    weights = prior_weights(settings)
     hits: list[SearchHit] = []
     for (layer, item_id), relevance in pool:
         row = turn_rows.get(item_id) if layer == "turn" else memory_rows.get(item_id)

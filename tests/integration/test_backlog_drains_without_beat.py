@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
 from engram_memory_client import AsyncEngramClient, EngramClient, ExtractionStatus
 from fastapi.testclient import TestClient
 from sqlalchemy import text
@@ -41,6 +37,7 @@ from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
 from tests.conftest import worker_env
+from tests.integration.api_server import serve
 from workers.queues import EMBED, EXTRACT, INGEST
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -116,36 +113,6 @@ def fresh_in_flight(tenant: str, user: str) -> int:
             updated_after=datetime.now(UTC) - timedelta(hours=1),
         )
     return counts.get(user, 0)
-
-
-@contextmanager
-def serve(settings: Settings) -> Iterator[str]:
-    """The real app under uvicorn on a free localhost port, in a background thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the API server did not come up")
-            time.sleep(0.1)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
 
 
 @contextmanager
