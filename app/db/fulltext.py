@@ -40,6 +40,10 @@ class FulltextScope:
     vector: str
     where: str
     sample: int = 500  # rows read for term statistics (fewer where `vector` is computed)
+    # How many rows the user has, for match_share: a predicate an index answers alone (an
+    # estimate is enough, and a filter on heap columns cost 6 ms per 10k rows); `where`
+    # when None.
+    size_where: str | None = None
 
 
 # The lexeme as a quoted tsquery operand (quote_literal would give E'' strings tsquery rejects).
@@ -112,7 +116,8 @@ def bm25_candidates(
             f" (SELECT count(*) FROM s WHERE s.v @@ {_QUOTED_LEXEME}) AS df,"
             " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len,"
             " CASE WHEN (SELECT count(*) FROM s) < :sample THEN 0 ELSE (SELECT count(*) FROM"
-            f"  (SELECT 1 FROM {scope.table} WHERE {scope.where} LIMIT :count_cap) AS c) END"
+            f"  (SELECT 1 FROM {scope.table} WHERE {scope.size_where or scope.where}"
+            "  LIMIT :count_cap) AS c) END"
             "  AS total"
             " FROM q"
         ),

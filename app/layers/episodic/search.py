@@ -80,8 +80,16 @@ def dense_candidates(
     """turn id → cosine similarity of the `limit` nearest turns of the user in the filter
     (iterative HNSW scan, so the user filter does not leave the answer short)."""
     where, params = turn_filter.clause()
+    # Without a channel the filter is (tenant, user, occurred_at): its index sizes the user.
     return nearest(
-        session, "episodic.turns", where, params, vector, limit=limit, ef_search=ef_search
+        session,
+        "episodic.turns",
+        where,
+        params,
+        vector,
+        limit=limit,
+        ef_search=ef_search,
+        size_where=where if turn_filter.channel is None else None,
     )
 
 
@@ -99,13 +107,17 @@ _TURN_FIELDS = (
 
 
 def speakers_of(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """turn id → speaker, for the turns that name one (a light read of every fused turn)."""
+    """turn id → speaker, for the turns that name one (a light read of every fused turn).
+
+    Reads by id go through the primary key with the user checked after (OFFSET 0): ANDed
+    into the scan, the planner intersects the key with all of a big user's index entries."""
     if not ids:
         return {}
     rows = session.execute(
         text(
-            "SELECT id, speaker FROM episodic.turns WHERE user_id = :user"
-            " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
+            "SELECT id, speaker FROM (SELECT id, user_id, speaker FROM episodic.turns"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS t"
+            " WHERE user_id = :user AND speaker IS NOT NULL"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
@@ -117,8 +129,8 @@ def turns_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dic
         return {}
     rows = session.execute(
         text(
-            f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
-            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+            f"SELECT * FROM (SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
+            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS t WHERE user_id = :user"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
@@ -135,8 +147,9 @@ def turn_window(
     return list(
         session.execute(
             text(
-                "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
-                "  WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))),"
+                "WITH src AS (SELECT id, session_id, occurred_at FROM (SELECT id, user_id,"  # noqa: S608
+                "  session_id, occurred_at FROM episodic.turns"
+                "  WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS s WHERE user_id = :user),"
                 " around AS ("
                 "  SELECT b.id FROM src CROSS JOIN LATERAL (SELECT t.id FROM episodic.turns AS t"
                 "   WHERE t.session_id = src.session_id AND t.user_id = :user"

@@ -71,6 +71,20 @@ class MemoryFilter:
             params["exclude"] = list(self.exclude_ids)
         return " AND ".join(parts), params
 
+    def size_clause(self) -> str | None:
+        """A predicate the (tenant, user, occurred_at) index answers alone, holding the rows
+        `clause` does, when the filter narrows no further than that (see app/db/nearest.py)."""
+        if self.channel or self.tags or self.kinds or self.exclude_ids:
+            return None
+        if self.min_importance is not None:
+            return None
+        parts = ["tenant_id = :tenant", "user_id = :user"]
+        if self.since is not None:
+            parts.append("occurred_at >= :since")
+        if self.until is not None:
+            parts.append("occurred_at < :until")
+        return " AND ".join(parts)
+
 
 def dense_candidates(
     session: Session,
@@ -95,6 +109,7 @@ def dense_candidates(
         limit=limit,
         ef_search=ef_search,
         exact=exact,
+        size_where=memory_filter.size_clause(),
     )
 
 
@@ -103,7 +118,12 @@ def lexical_candidates(
 ) -> dict[uuid.UUID, float]:
     """id → BM25 score over the user's memories in the filter."""
     where, params = memory_filter.clause()
-    scope = FulltextScope(table="semantic.memories", vector="search_tsv", where=where)
+    scope = FulltextScope(
+        table="semantic.memories",
+        vector="search_tsv",
+        where=where,
+        size_where="tenant_id = :tenant AND user_id = :user",
+    )
     f = memory_filter
 
     def match(tsquery: str, count: int) -> list[Any]:
@@ -239,10 +259,13 @@ def source_turns(
     """memory id → the ids of the turns it was extracted from, in the memory's order."""
     if not ids:
         return {}
+    # OFFSET 0 keeps the user check out of the scan: ANDed into it, the planner intersected
+    # the primary key with all of a big user's index entries (4 ms at 14k memories).
     rows = session.execute(
         text(
-            "SELECT id, source_turn_ids FROM semantic.memories"
-            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+            "SELECT id, source_turn_ids FROM (SELECT id, user_id, source_turn_ids"
+            " FROM semantic.memories WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS m"
+            " WHERE user_id = :user"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()

@@ -1,0 +1,109 @@
+"""The dense leg picks its plan by the user's size (app/db/nearest.py): a user past the
+threshold is walked through HNSW, a smaller one sorted exactly through the user index, and
+either way the answer is the exact nearest rows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import event, text
+
+from app.config import Settings
+from app.db import nearest as nearest_module
+from app.db.nearest import index_threshold, vector_literal
+from app.db.session import app_engine, unit_of_work
+from app.layers.semantic.search import MemoryFilter, dense_candidates
+
+DIM = 384
+T0 = datetime(2026, 5, 1, tzinfo=UTC)
+
+
+def _unit(rng: np.random.Generator) -> list[float]:
+    v = rng.normal(size=DIM)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def _plant(tenant: str, user: str, count: int, rng: np.random.Generator) -> None:
+    with unit_of_work(tenant) as session:
+        for i in range(count):
+            session.execute(
+                text(
+                    "INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content,"
+                    " content_hash, occurred_at, valid_from, embedding) VALUES (:id, :t, :u,"
+                    " 'fact', :c, :h, :at, :at, CAST(:v AS vector))"
+                ),
+                {
+                    "id": uuid.uuid4(),
+                    "t": tenant,
+                    "u": user,
+                    "c": f"{user} memory {i}",
+                    "h": f"{user}-{i}",
+                    "at": T0,
+                    "v": vector_literal(_unit(rng)),
+                },
+            )
+
+
+@pytest.fixture
+def statements(settings: Settings) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    engine = app_engine(settings)
+    event.listen(engine, "before_cursor_execute", listen)
+    yield seen
+    event.remove(engine, "before_cursor_execute", listen)
+
+
+def test_the_threshold_grows_with_the_square_root_of_the_table() -> None:
+    assert index_threshold(0) == index_threshold(nearest_module.SMALLEST_TABLE)
+    assert index_threshold(100_000) == 4_000
+    assert index_threshold(1_000_000) == pytest.approx(4_000 * 10**0.5, abs=1)
+    assert index_threshold(400_000) == 2 * index_threshold(100_000)
+
+
+def test_big_users_walk_the_index_small_ones_sort_and_both_are_exact(
+    tenant: str, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(5)
+    _plant(tenant, "big", 60, rng)
+    _plant(tenant, "small", 12, rng)
+    # A 72-row table: the threshold is 30 rows, so "big" (60) walks and "small" (12) sorts.
+    monkeypatch.setattr(nearest_module, "SMALLEST_TABLE", 1)
+    monkeypatch.setattr(nearest_module, "_table_rows", {"semantic.memories": (72.0, 1e18)})
+    monkeypatch.setattr(nearest_module, "CROSSOVER", 12.5)
+    assert index_threshold(72) == 30
+
+    for user, walks in (("big", True), ("small", False)):
+        query = _unit(rng)
+        memory_filter = MemoryFilter(tenant_id=tenant, user_id=user)
+        statements.clear()
+        with unit_of_work(tenant) as session:
+            found = dense_candidates(session, memory_filter, query, limit=10, ef_search=40)
+            truth = dense_candidates(
+                session, memory_filter, query, limit=10, ef_search=40, exact=True
+            )
+        dense = next(s for s in statements if "<=>" in s)
+        assert ("+ 0" not in dense) is walks, dense
+        assert any("enable_sort = on" in s for s in statements) is walks
+        assert sorted(found, key=found.__getitem__) == sorted(truth, key=truth.__getitem__)
+
+
+def test_a_filter_the_user_index_cannot_size_leaves_the_plan_to_postgres(
+    tenant: str, statements: list[str]
+) -> None:
+    rng = np.random.default_rng(6)
+    _plant(tenant, "tagged", 5, rng)
+    memory_filter = MemoryFilter(tenant_id=tenant, user_id="tagged", kinds=("fact",))
+    assert memory_filter.size_clause() is None
+    with unit_of_work(tenant) as session:
+        found = dense_candidates(session, memory_filter, _unit(rng), limit=10, ef_search=40)
+    assert len(found) == 5
+    assert not any("count(*)" in s for s in statements)
