@@ -26,7 +26,8 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import schemas
+from app.api import console_routes, insight_routes, knowledge_routes, schemas
+from app.api.memory_routes import router as memory_router
 from app.api.observability import observe
 from app.api.outage import RETRY_AFTER_S, install_outage_handlers
 from app.api.routes import router
@@ -129,6 +130,10 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     install_outage_handlers(app)
     app.include_router(router)
+    app.include_router(memory_router)
+    app.include_router(insight_routes.router)
+    app.include_router(console_routes.router)
+    app.include_router(knowledge_routes.router)
     observe(app, settings)
 
     @app.exception_handler(RequestValidationError)

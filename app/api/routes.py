@@ -37,6 +37,10 @@ router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
 MAX_EVENTS = 1000
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
+AgentId = Annotated[
+    str | None,
+    Query(pattern=IDENTIFIER, description="the asking agent: its private map besides the shared"),
+]
 
 
 def _state(request: Request) -> Any:
@@ -94,10 +98,19 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
 @router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
 def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Hybrid search: the source turns that answer the query, each with the memories made
-    from it attached (`unit: memories` ranks memories instead)."""
+    from it attached (`unit: memories` ranks memories instead).
+
+    A search is a retrieval of what it returns: their access counts go up, their decay clock
+    restarts and they strengthen their Hebbian associations. `record: false` looks without
+    touching anything (the memory console's searches do)."""
     state = _state(request)
     result = search(
-        tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
+        tenant,
+        body,
+        settings=state.settings,
+        embedder=state.embedder,
+        client=state.redis,
+        record=body.record,
     )
     return dataclasses.asdict(result)
 
@@ -132,13 +145,14 @@ def list_memories(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
     include_superseded: bool = False,
+    agent_id: AgentId = None,
 ) -> dict[str, Any]:
     """A user's memories, newest first; pass `next_cursor` back for the next page."""
     try:
         after = listing.decode_cursor(cursor) if cursor else None
     except ValueError:
         raise HTTPException(422, {"message": "bad cursor", "fields": ["cursor"]}) from None
-    with unit_of_work(tenant) as session:
+    with unit_of_work(tenant, agent_id=agent_id) as session:
         rows = listing.page(
             session, user_id, limit=limit, after=after, include_superseded=include_superseded
         )
@@ -160,8 +174,9 @@ def get_memory_route(
     recall: Annotated[
         int | None, Query(ge=0, le=100, description="total recall: source turns ± N turns")
     ] = None,
+    agent_id: AgentId = None,
 ) -> dict[str, Any]:
-    found = get_memory(tenant, memory_id, recall=recall)
+    found = get_memory(tenant, memory_id, recall=recall, agent_id=agent_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"memory {memory_id} not found")
     return found
@@ -193,11 +208,12 @@ def entity_graph(
     user_id: UserId,
     depth: Annotated[int, Query(ge=1, le=4)] = 2,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    agent_id: AgentId = None,
 ) -> dict[str, Any]:
     """The entity's neighbourhood in the user's concept graph (depth-limited, strongest first)."""
     if not name.strip() or len(name) > 256 or text_problem(name):
         raise HTTPException(422, {"message": "bad entity name", "fields": ["name"]})
-    with unit_of_work(tenant) as session:
+    with unit_of_work(tenant, agent_id=agent_id) as session:
         entity = find_entity(session=session, user_id=user_id, name=name)
         if entity is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"entity {name!r} not found")

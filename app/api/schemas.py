@@ -185,6 +185,8 @@ class Remembered(BaseModel):
 class Memory(_Open):
     id: uuid.UUID
     user_id: str
+    agent_id: str | None = Field(default=None, description="the agent whose map holds it")
+    shared: bool = False
     kind: str
     content: str
     summary: str | None = None

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from sqlalchemy import text
 
+from app.cli.mcp import serve_mcp
 from app.cli.supervisor import (
     ProcessGroup,
     announce_deployment,
@@ -46,6 +47,7 @@ key_cli = typer.Typer(
     help="API keys: minted per tenant, shown once, revocable.", no_args_is_help=True
 )
 cli.add_typer(key_cli, name="key")
+cli.command("mcp")(serve_mcp)
 console = Console(width=None if Console().is_terminal else 140)
 
 IMPORT_CHUNK = 500

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import DateTime, MetaData, String, Text, func
+from sqlalchemy import Boolean, DateTime, MetaData, String, Text, false, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -21,6 +21,10 @@ LAYER_SCHEMAS = ("working", "episodic", "semantic", "conceptual", "meta")
 
 # The per-transaction setting row-level security keys on (set with set_config(..., true)).
 TENANT_SETTING = "engram.tenant_id"
+# The agent a transaction reads and writes as, and the switch background work uses to see
+# every agent's rows (see the agents_and_knowledge migration).
+AGENT_SETTING = "engram.agent_id"
+ALL_AGENTS_SETTING = "engram.all_agents"
 
 
 class Base(DeclarativeBase):
@@ -37,6 +41,16 @@ def tenant_column() -> Mapped[str]:
 
 def user_column() -> Mapped[str]:
     return mapped_column(String(128), nullable=False)
+
+
+def agent_column() -> Mapped[str | None]:
+    """The agent a row belongs to; NULL is the user's level, seen by every agent."""
+    return mapped_column(String(128))
+
+
+def shared_column() -> Mapped[bool]:
+    """An agent's row every agent of the user may read (row-level security honours it)."""
+    return mapped_column(Boolean, nullable=False, server_default=false())
 
 
 def created_at_column() -> Mapped[datetime]:

@@ -9,7 +9,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, get_settings
-from app.db.base import TENANT_SETTING
+from app.db.base import AGENT_SETTING, ALL_AGENTS_SETTING, TENANT_SETTING
 from app.db.bootstrap import database_urls
 
 _engines: dict[str, Engine] = {}
@@ -48,13 +48,34 @@ def set_tenant(session: Session, tenant_id: str) -> None:
     )
 
 
+def set_agent(session: Session, agent_id: str | None = None, *, all_agents: bool = False) -> None:
+    """Scope the transaction to one agent's private rows, or (background work) to every
+    agent's. Without it a transaction sees the user-level and shared rows only."""
+    if all_agents:
+        session.execute(text("SELECT set_config(:name, 'on', true)"), {"name": ALL_AGENTS_SETTING})
+    elif agent_id is not None:
+        session.execute(
+            text("SELECT set_config(:name, :agent, true)"),
+            {"name": AGENT_SETTING, "agent": agent_id},
+        )
+
+
 @contextmanager
 def unit_of_work(
-    tenant_id: str | None = None, *, engine: Engine | None = None
+    tenant_id: str | None = None,
+    *,
+    engine: Engine | None = None,
+    agent_id: str | None = None,
+    all_agents: bool = False,
 ) -> Iterator[Session]:
-    """One transaction: commits on success, rolls back on error; repositories never commit."""
+    """One transaction: commits on success, rolls back on error; repositories never commit.
+
+    `agent_id` lets a request see that agent's private map besides the shared rows;
+    `all_agents` is for background work (extraction, dream, decay, forgetting), which must
+    see every agent's rows."""
     factory = sessionmaker(bind=engine or app_engine(get_settings()), expire_on_commit=False)
     with factory() as session, session.begin():
         if tenant_id is not None:
             set_tenant(session, tenant_id)
+        set_agent(session, agent_id, all_agents=all_agents)
         yield session

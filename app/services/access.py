@@ -21,20 +21,13 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.keys import RedisKeys
 from app.layers.meta import access as access_sql
+from app.services import pending_buffers
 from app.services.hebbian import record_coactivation
 
 _log = logging.getLogger(__name__)
 
 BUFFER_TTL_S = 7 * 86_400
 BATCH = 1000
-
-# Leave the user in the pending set while their buffer still holds records.
-_DONE_IF_EMPTY = """
-if redis.call('LLEN', KEYS[1]) == 0 then
-  return redis.call('SREM', KEYS[2], ARGV[1])
-end
-return 0
-"""
 
 
 def record_access(
@@ -58,11 +51,14 @@ def record_access(
         "at": (at or datetime.now(UTC)).isoformat(),
     }
     buffer = keys.access_buffer(tenant_id, user_id)
-    pipe = client.pipeline(transaction=False)
-    pipe.rpush(buffer, json.dumps(record))
-    pipe.expire(buffer, BUFFER_TTL_S)
-    pipe.sadd(keys.access_pending(), f"{tenant_id}|{user_id}")
-    pipe.execute()
+    pending_buffers.append(
+        client,
+        buffer=buffer,
+        record=json.dumps(record),
+        ttl_s=BUFFER_TTL_S,
+        index=keys.access_pending(),
+        member=f"{tenant_id}|{user_id}",
+    )
 
 
 def record_retrieval(
@@ -116,7 +112,6 @@ def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 2
     """Write buffered accesses of up to `max_users` users; returns records applied."""
     keys = RedisKeys.from_settings(settings)
     pending = client.srandmember(keys.access_pending(), max_users) or []
-    done_if_empty = client.register_script(_DONE_IF_EMPTY)
     applied = 0
     for raw in pending:
         member = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -127,7 +122,9 @@ def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 2
             records = [json.loads(item) for item in items]
             applied += _apply(tenant_id, user_id, records)
             remove_applied(client, buffer, items)
-        done_if_empty(keys=[buffer, keys.access_pending()], args=[member])
+        pending_buffers.release_if_empty(
+            client, buffer=buffer, index=keys.access_pending(), member=member
+        )
     return applied
 
 
@@ -142,7 +139,7 @@ def remove_applied(client: redis.Redis, buffer: str, items: list[Any]) -> None:
 
 
 def _apply(tenant_id: str, user_id: str, records: list[dict[str, Any]]) -> int:
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         inserted = access_sql.insert_patterns(
             session=session, tenant_id=tenant_id, user_id=user_id, records=records
         )

@@ -84,7 +84,7 @@ def _score_pass(
     user_ids: Sequence[str],
 ) -> ScoredBatch:
     result = ScoredBatch()
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         turns = episodic.lock_unscored(
             session=session, tenant_id=tenant_id, user_ids=user_ids, limit=SCORE_LIMIT
         )

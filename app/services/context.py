@@ -67,6 +67,10 @@ class ContextRequest(BaseModel):
     query: StorableText = Field(min_length=1, max_length=8000)
     channel: Channel | None = None
     token_budget: int | None = Field(default=None, ge=50, le=200_000)
+    agent_id: Identifier | None = Field(
+        default=None, description="the asking agent: its private map besides the shared"
+    )
+    include_knowledge: bool = Field(default=False, description="also the tenant's knowledge")
 
 
 @dataclass
@@ -204,7 +208,12 @@ def assemble_context(
     budget = request.token_budget or settings.context_token_budget
     warnings: list[str] = []
     working = WorkingMemoryStore(client, settings).read(tenant_id, request.user_id)
-    entry = cached(client, settings, tenant_id, request.user_id, request.channel)
+    # The prefetch cache holds the user's level and shared memories only: an agent's own map
+    # and the tenant's knowledge come from a search.
+    scoped = request.agent_id is not None or request.include_knowledge
+    entry = (
+        None if scoped else cached(client, settings, tenant_id, request.user_id, request.channel)
+    )
     facts: list[dict[str, Any]] = []
     if entry is not None:
         try:
@@ -222,6 +231,8 @@ def assemble_context(
                 query=request.query,
                 channel=None,
                 limit=MEMORY_CANDIDATES,
+                agent_id=request.agent_id,
+                include_knowledge=request.include_knowledge,
             ),
             settings=settings,
             embedder=embedder,
@@ -243,6 +254,7 @@ def assemble_context(
                 "role": h.role,
                 "memories": [m.id for m in h.memories],
                 "suspected_instruction": h.suspected_instruction,
+                "scope": h.scope,
             }
             for h in result.hits
         ]
@@ -340,7 +352,7 @@ def assemble_context(
     # 5. Graph facts about the chosen memories.
     if entry is None:
         memory_ids = list(recalled)
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
             edges = facts_about(session=session, user_id=request.user_id, memory_ids=memory_ids)
         facts = [
             {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}

@@ -66,7 +66,7 @@ def restore_memories(
     settings: Settings, tenant_id: str, ids: list[uuid.UUID], *, now: datetime | None = None
 ) -> list[uuid.UUID]:
     """Archived memories back into search; returns the ids that were archived."""
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         return decay_sql.restore(
             session=session,
             ids=ids,

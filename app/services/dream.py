@@ -55,9 +55,10 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, get_settings
-from app.db.session import app_engine, set_tenant, unit_of_work
+from app.db.session import app_engine, set_agent, set_tenant, unit_of_work
 from app.extraction.smalltalk import says_nothing
 from app.keys import RedisKeys
+from app.layers.scopes import KNOWLEDGE_USER
 from app.layers.semantic import dream as dream_sql
 from app.redis_client import get_redis
 from app.scoring.replay import (
@@ -399,7 +400,7 @@ def _ack(
 def _transaction(tenant_id: str, *, commit: bool) -> Iterator[Session]:
     """unit_of_work, or (commit=False) the same transaction rolled back at the end."""
     if commit:
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             yield session
         return
     factory = sessionmaker(bind=app_engine(get_settings()), expire_on_commit=False)
@@ -407,6 +408,7 @@ def _transaction(tenant_id: str, *, commit: bool) -> Iterator[Session]:
         session.begin()
         try:
             set_tenant(session, tenant_id)
+            set_agent(session, all_agents=True)
             yield session
         finally:
             session.rollback()
@@ -671,7 +673,7 @@ def run_cycle(
     marker = keys.analysed(tenant_id, user_id)
     if report.already_done and _text(client.get(marker) or b"") == str(report.cycle_id):
         return report  # this cycle's analytics committed too: nothing left to do
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         report.analytics = graph_analytics.analyse(session, settings, tenant_id, user_id, now=now)
     client.set(marker, str(report.cycle_id), ex=max(1, int(settings.dream_interval_s * 2)))
     return report
@@ -709,7 +711,7 @@ def select_users(
         by_tenant.setdefault(tenant, []).append(user)
     for tenant, users in by_tenant.items():
         ids = {cycle_id_for(tenant, u, window): u for u in users}
-        with unit_of_work(tenant) as session:
+        with unit_of_work(tenant, all_agents=True) as session:
             done = dream_sql.cycles_done(session=session, cycle_ids=list(ids))
         chosen += [(tenant, u) for c, u in ids.items() if c not in done]
     order = {pair: i for i, pair in enumerate(waiting)}
@@ -719,7 +721,7 @@ def select_users(
     for tenant in [tenant_id] if tenant_id is not None else tenants():
         if len(chosen) >= cap:
             break
-        with unit_of_work(tenant) as session:
+        with unit_of_work(tenant, all_agents=True) as session:
             users = dream_sql.recent_users(
                 session=session,
                 tenant_id=tenant,
@@ -749,6 +751,8 @@ def run_dream(
     (on demand, the error is raised)."""
     if user_id is not None and tenant_id is None:
         raise ValueError("tenant_id is required with user_id")
+    if user_id == KNOWLEDGE_USER:
+        raise ValueError("user_id: the tenant's knowledge is no user and is not dreamt")
     now = now or datetime.now(UTC)
     client = client or get_redis(settings)
     report = DreamReport()

@@ -101,7 +101,7 @@ def claim_batches(
     claimed: list[tuple[BatchRef, int]] = []
     for at in range(0, len(users), CLAIM_CHUNK):
         chunk = users[at : at + CLAIM_CHUNK]
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             busy: dict[str, int] = {}
             if bounded:
                 # Not the user lock store holds: claims never wait for a store.
@@ -158,7 +158,7 @@ def drain(settings: Settings, refs: Sequence[BatchRef]) -> Drain:
     batches: list[BatchRef] = []
     score: dict[str, list[str]] = {}
     for tenant_id, batch_ids in sorted(tenants.items()):
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             users = semantic.users_of_batches(session=session, batch_ids=batch_ids)
             if not users:
                 continue
@@ -180,7 +180,7 @@ def due_triggers(
     settings: Settings, store: WorkingMemoryStore, tenant_id: str, user_ids: Sequence[str]
 ) -> dict[str, str]:
     """Users whose unclaimed turns reached N, or whose working memory is filling up."""
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         counts = episodic.unextracted_counts(
             session=session, tenant_id=tenant_id, user_ids=user_ids
         )
@@ -213,7 +213,7 @@ def idle_batches(settings: Settings, *, now: datetime | None = None) -> list[Bat
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_idle_s)
     refs: list[BatchRef] = []
     for tenant_id in tenants():
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             users = episodic.idle_unextracted_users(
                 session=session, tenant_id=tenant_id, idle_before=before, limit=1000
             )
@@ -227,7 +227,7 @@ def unscored_users(
 ) -> list[str]:
     """Users with turns still unscored a while after arrival (their scoring task was lost)."""
     before = (now or datetime.now(UTC)) - timedelta(seconds=older_than_s)
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         return episodic.users_with_unscored(
             session=session, tenant_id=tenant_id, received_before=before, limit=1000
         )
@@ -238,7 +238,7 @@ def stale_batches(settings: Settings, *, now: datetime | None = None) -> list[Ba
     before = (now or datetime.now(UTC)) - timedelta(seconds=settings.extract_retry_after_s)
     refs: list[BatchRef] = []
     for tenant_id in tenants():
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             rows = semantic.stale_batches(
                 session=session, older_than=before, max_attempts=settings.extract_max_attempts
             )
@@ -251,7 +251,7 @@ def stale_batches(settings: Settings, *, now: datetime | None = None) -> list[Ba
 
 def _fail(settings: Settings, ref: BatchRef, exc: BaseException) -> None:
     _log.exception("extraction batch %s failed", ref[1])
-    with unit_of_work(ref[0]) as session:
+    with unit_of_work(ref[0], all_agents=True) as session:
         semantic.record_failure(
             session=session,
             batch_id=uuid.UUID(ref[1]),
@@ -278,7 +278,7 @@ def extract(settings: Settings, extractor: Extractor, refs: Sequence[BatchRef]) 
     for ref in refs:
         try:
             batch_id = uuid.UUID(ref[1])
-            with unit_of_work(ref[0]) as session:
+            with unit_of_work(ref[0], all_agents=True) as session:
                 batch = semantic.get_batch(session=session, batch_id=batch_id)
                 if batch is None or batch.state != "claimed":
                     skipped += 1
@@ -300,7 +300,7 @@ def extract(settings: Settings, extractor: Extractor, refs: Sequence[BatchRef]) 
             found = extractor.extract(batch=turns, context=_context(settings, context_rows))
             for gem in found:
                 gem.metadata.setdefault("extractor", extractor.name)
-            with unit_of_work(ref[0]) as session:
+            with unit_of_work(ref[0], all_agents=True) as session:
                 current = semantic.get_batch(session=session, batch_id=batch_id, lock=True)
                 if current is None or current.state != "claimed":
                     skipped += 1
@@ -332,7 +332,7 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
     ready: list[tuple[BatchRef, list[Gem]]] = []
     skipped = 0
     for ref in refs:
-        with unit_of_work(ref[0]) as session:
+        with unit_of_work(ref[0], all_agents=True) as session:
             batch = semantic.get_batch(session=session, batch_id=uuid.UUID(ref[1]))
         if batch is None or batch.state != "extracted":
             skipped += 1
@@ -342,7 +342,7 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
     if texts:
         embedder.embed(texts)
     for ref, _ in ready:
-        with unit_of_work(ref[0]) as session:
+        with unit_of_work(ref[0], all_agents=True) as session:
             semantic.advance_batch(
                 session=session,
                 batch_id=uuid.UUID(ref[1]),
@@ -352,13 +352,25 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
     return StepReport(done=len(ready), skipped=skipped, gems=len(texts))
 
 
+def _by_agent(
+    gems: Sequence[Gem], vectors: Sequence[list[float]], agent_of_turn: dict[str, str | None]
+) -> dict[str | None, list[tuple[Gem, list[float]]]]:
+    """Gems by the agent of the turn that first said them: what an agent heard is its own
+    private map; what was said with no agent is the user's."""
+    scopes: dict[str | None, list[tuple[Gem, list[float]]]] = {}
+    for gem, vector in zip(gems, vectors, strict=True):
+        first = gem.source_turn_ids[0] if gem.source_turn_ids else ""
+        scopes.setdefault(agent_of_turn.get(first), []).append((gem, vector))
+    return scopes
+
+
 def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
     """Gems → L3 (dedupe, reinforce, supersede) and L4 (entities), one transaction per batch."""
     done = skipped = failed = gems = 0
     for ref in refs:
         try:
             batch_id = uuid.UUID(ref[1])
-            with unit_of_work(ref[0]) as session:
+            with unit_of_work(ref[0], all_agents=True) as session:
                 ahead = semantic.get_batch(session=session, batch_id=batch_id)
             if ahead is None or ahead.state not in STORABLE:
                 skipped += 1
@@ -366,7 +378,7 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
             # Vectors first, outside the lock below: a cache miss (an expired vector, a slow
             # remote model) must not hold up ingest for this user's batch-mates.
             vectors = _vectors(embedder, ahead)
-            with unit_of_work(ref[0]) as session:
+            with unit_of_work(ref[0], all_agents=True) as session:
                 # One store per user at a time, under the lock ingest and forget take (taken
                 # before the batch row, in their order): two batches of a user stored together
                 # each missed the other's near-duplicates, and their inserts of the same texts
@@ -380,30 +392,36 @@ def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                 turns = episodic.batch_turns(session=session, batch_id=batch_id)
                 sessions = {str(r.id): r.session_id for r in turns}
                 channels = {str(r.id): r.channel for r in turns}
-                stored = store_gems(
-                    session=session,
-                    settings=settings,
-                    tenant_id=ref[0],
-                    user_id=batch.user_id,
-                    batch_id=batch_id,
-                    extractor=str(found[0].metadata.get("extractor", "")) if found else "",
-                    gems=found,
-                    vectors=vectors,
-                    turn_scores={
-                        str(r.id): (float(r.emotional_intensity), float(r.salience)) for r in turns
-                    },
-                    session_of_turn=sessions,
-                    channel_of_turn=channels,
-                )
-                record_entities(
-                    session=session,
-                    tenant_id=ref[0],
-                    user_id=batch.user_id,
-                    memories=stored.created,
-                )
+                agents = {str(r.id): r.agent_id for r in turns}
+                created = 0
+                for agent_id, scoped in _by_agent(found, vectors, agents).items():
+                    stored = store_gems(
+                        session=session,
+                        settings=settings,
+                        tenant_id=ref[0],
+                        user_id=batch.user_id,
+                        batch_id=batch_id,
+                        extractor=str(found[0].metadata.get("extractor", "")),
+                        gems=[g for g, _ in scoped],
+                        vectors=[v for _, v in scoped],
+                        turn_scores={
+                            str(r.id): (float(r.emotional_intensity), float(r.salience))
+                            for r in turns
+                        },
+                        session_of_turn=sessions,
+                        channel_of_turn=channels,
+                        agent_id=agent_id,
+                    )
+                    record_entities(
+                        session=session,
+                        tenant_id=ref[0],
+                        user_id=batch.user_id,
+                        memories=stored.created,
+                    )
+                    created += len(stored.created)
                 semantic.advance_batch(session=session, batch_id=batch_id, state="stored")
             done += 1
-            gems += len(stored.created)
+            gems += created
         except Exception as exc:  # one user's batch must not stop the others
             failed += 1
             _fail(settings, ref, exc)

@@ -95,7 +95,7 @@ def extraction_status(
     is another user: zero counts)."""
     # Redis first: an entry acknowledged after this read is already in the counts below.
     pending = ingest_pending(settings, client, tenant_id, user_id)
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         turns, unscored, unclaimed = episodic.extraction_counts(
             session=session, tenant_id=tenant_id, user_id=user_id
         )

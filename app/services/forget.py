@@ -75,7 +75,7 @@ def forget_user(
 ) -> ForgetReport:
     """Delete one user of one tenant from every layer; other users and tenants are untouched."""
     report = ForgetReport()
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         episodic.lock_users(session=session, keys=[user_lock_key(tenant_id, user_id)])
         for table in user_tables():
             # RLS already confines the statement to the tenant; the explicit filter keeps it

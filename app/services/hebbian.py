@@ -38,6 +38,7 @@ from app.layers.conceptual.hebbian import START, Cursor
 from app.layers.episodic import repository as episodic
 from app.layers.meta import job_runs
 from app.scoring.hebbian import pairs
+from app.services import pending_buffers
 from app.services.ingest import user_lock_key
 from app.services.jobs import run_job, tick_of
 
@@ -52,14 +53,6 @@ WEAKEN_PERIOD_S = 86_400.0
 # Batches per user and apply run, so one very busy user cannot hold the tenant's run forever
 # (what is left waits for the next run).
 MAX_BATCHES_PER_USER = 10
-
-# Leave the user in the pending set while their buffer still holds records.
-_DONE_IF_EMPTY = """
-if redis.call('LLEN', KEYS[1]) == 0 then
-  return redis.call('SREM', KEYS[2], ARGV[1])
-end
-return 0
-"""
 
 
 def buffer_key(keys: RedisKeys, tenant_id: str, user_id: str) -> str:
@@ -100,11 +93,14 @@ def record_coactivation(
         "at": (at or datetime.now(UTC)).isoformat(),
     }
     buffer = buffer_key(keys, tenant_id, user_id)
-    pipe = client.pipeline(transaction=False)
-    pipe.rpush(buffer, json.dumps(record, separators=(",", ":")))
-    pipe.expire(buffer, BUFFER_TTL_S)
-    pipe.sadd(pending_key(keys), f"{tenant_id}|{user_id}")
-    pipe.execute()
+    pending_buffers.append(
+        client,
+        buffer=buffer,
+        record=json.dumps(record, separators=(",", ":")),
+        ttl_s=BUFFER_TTL_S,
+        index=pending_key(keys),
+        member=f"{tenant_id}|{user_id}",
+    )
     return len(found)
 
 
@@ -135,7 +131,6 @@ def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 2
         member = raw.decode() if isinstance(raw, bytes) else str(raw)
         tenant_id, _, user_id = member.partition("|")
         by_tenant.setdefault(tenant_id, []).append(user_id)
-    done_if_empty = client.register_script(_DONE_IF_EMPTY)
     report = ApplyReport()
     for tenant_id in sorted(by_tenant):
         with run_job(APPLY_JOB, tenant_id) as run:
@@ -146,7 +141,9 @@ def apply_pending(settings: Settings, client: redis.Redis, *, max_users: int = 2
             for user_id in sorted(set(by_tenant[tenant_id])):
                 buffer = buffer_key(keys, tenant_id, user_id)
                 tenant_report.add(_drain(settings, client, buffer, tenant_id, user_id))
-                done_if_empty(keys=[buffer, pending_key(keys)], args=[f"{tenant_id}|{user_id}"])
+                pending_buffers.release_if_empty(
+                    client, buffer=buffer, index=pending_key(keys), member=f"{tenant_id}|{user_id}"
+                )
             run.rows = tenant_report.edges
             run.detail = asdict(tenant_report)
             report.add(tenant_report)
@@ -164,7 +161,7 @@ def _drain(
         if not items:
             break
         coactivations, firings, bad = aggregate(items)
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             # The lock forgetting this user (and ingesting for them) takes: a forget waits
             # for this batch or this batch finds the user's memories gone, never a deadlock.
             episodic.lock_users(session=session, keys=[user_lock_key(tenant_id, user_id)])
@@ -254,7 +251,7 @@ def weaken(
         if run is None:
             report.skipped = "busy"
             return report
-        with unit_of_work(tenant_id) as session:
+        with unit_of_work(tenant_id, all_agents=True) as session:
             previous = job_runs.earlier_at_tick(
                 session=session, tenant_id=tenant_id, job=WEAKEN_JOB, tick=tick, run_id=run.id
             )
@@ -270,7 +267,7 @@ def weaken(
                 report.resumed = True
                 break
         while True:
-            with unit_of_work(tenant_id) as session:
+            with unit_of_work(tenant_id, all_agents=True) as session:
                 step = hebbian_sql.weaken_and_prune(
                     session,
                     tenant_id,

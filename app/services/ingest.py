@@ -74,6 +74,7 @@ def _turn_row(event: TurnEvent, session_id: Any, entry_id: str, tokens: int) -> 
         "external_id": event.external_id,
         "role": event.role,
         "speaker": event.speaker,
+        "agent_id": event.agent_id,
         "content": event.content,
         "channel": event.channel,
         "occurred_at": event.timestamp,

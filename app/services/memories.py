@@ -67,6 +67,12 @@ class RememberRequest(BaseModel):
 
     user_id: Identifier
     memories: list[MemoryIn] = Field(min_length=1, max_length=500)
+    agent_id: Identifier | None = Field(
+        default=None, description="the agent whose private map they join (none: the user's)"
+    )
+    shared: bool = Field(
+        default=False, description="an agent's memories every agent of the user may read"
+    )
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def remember(
     gems = [_gem(item, now) for item in request.memories]
     vectors = embedder.embed([embedding_text(g) for g in gems])
     batch_id = uuid.uuid4()
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
         # Stores of one user run one at a time, as extraction's do (see extraction.store).
         episodic.lock_users(session=session, keys=[user_lock_key(tenant_id, request.user_id)])
         stored = store_gems(
@@ -117,6 +123,8 @@ def remember(
             vectors=vectors,
             turn_scores={},
             session_of_turn={},
+            agent_id=request.agent_id,
+            shared=request.shared and request.agent_id is not None,
         )
         record_entities(
             session=session, tenant_id=tenant_id, user_id=request.user_id, memories=stored.created
@@ -156,6 +164,8 @@ def memory_view(row: Any) -> dict[str, Any]:
     return {
         "id": row.id,
         "user_id": row.user_id,
+        "agent_id": getattr(row, "agent_id", None),
+        "shared": bool(getattr(row, "shared", False)),
         "kind": row.kind,
         "content": row.content,
         "summary": row.summary,
@@ -194,11 +204,16 @@ def turn_view(row: Any) -> dict[str, Any]:
 
 
 def get_memory(
-    tenant_id: str, memory_id: uuid.UUID, *, recall: int | None = None
+    tenant_id: str,
+    memory_id: uuid.UUID,
+    *,
+    recall: int | None = None,
+    agent_id: str | None = None,
 ) -> dict[str, Any] | None:
-    """The memory (any user of the tenant), and with `recall` its source turns ± that many
-    surrounding turns of the same session, in order and uncompressed."""
-    with unit_of_work(tenant_id) as session:
+    """The memory (any user of the tenant; an agent's private one only for that agent), and
+    with `recall` its source turns ± that many surrounding turns of the same session, in
+    order and uncompressed."""
+    with unit_of_work(tenant_id, agent_id=agent_id) as session:
         row = memory_search.memories_by_id(session, None, [memory_id]).get(memory_id)
         if row is None:
             return None

@@ -150,7 +150,7 @@ def summarise_closed_sessions(
     def summarise(tenant_id: str, run: JobRun) -> None:
         after = None
         while True:
-            with unit_of_work(tenant_id, engine=app_engine(settings)) as session:
+            with unit_of_work(tenant_id, engine=app_engine(settings), all_agents=True) as session:
                 ids = repository.unsummarised_sessions(
                     session=session, tenant_id=tenant_id, after=after, limit=batch
                 )

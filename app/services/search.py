@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis
+from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.services.access import record_retrieval
+from app.services.knowledge import KNOWLEDGE_USER
 from app.services.search_memories import rank_memories
 from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
 from app.services.search_turns import rank_turns
@@ -52,12 +54,14 @@ def search(
         vector = None
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
         if unit == "turns":
             hits = rank_turns(session, tenant_id, request, vector, settings, now, window)
         else:
             hits = rank_memories(session, tenant_id, request, vector, settings, now)
             hits = hits[: request.limit]
+        if request.include_knowledge:
+            hits = _with_knowledge(session, tenant_id, request, hits, vector, settings, now)
     took_ms = (time.perf_counter() - started) * 1000
     if record and client is not None:
         _record(client, settings, tenant_id, request, hits)
@@ -75,6 +79,35 @@ def search(
     )
 
 
+def _with_knowledge(
+    session: Session,
+    tenant_id: str,
+    request: SearchRequest,
+    hits: list[SearchHit],
+    vector: Sequence[float] | None,
+    settings: Settings,
+    now: datetime,
+) -> list[SearchHit]:
+    """The user's hits and the tenant's knowledge ranked as memories, best `limit` of both.
+
+    Knowledge is the memories of a user id no client can name (app/services/knowledge.py),
+    so it is ranked by the very same code; one more ranking only when asked for."""
+    asked = request.model_copy(
+        update={
+            "user_id": KNOWLEDGE_USER,
+            "agent_id": None,
+            "unit": "memories",
+            "include_turns": False,
+            "channel": None,
+        }
+    )
+    found = rank_memories(session, tenant_id, asked, vector, settings, now)[: request.limit]
+    for hit in found:
+        hit.scope = "knowledge"
+    merged = sorted([*hits, *found], key=lambda h: h.score, reverse=True)
+    return merged[: request.limit]
+
+
 def _record(
     client: redis.Redis,
     settings: Settings,
@@ -85,6 +118,8 @@ def _record(
     """The memories the caller got back: memory hits and the memories attached to turn hits."""
     scored: dict = {}
     for hit in hits:
+        if hit.scope == "knowledge":
+            continue  # no user's retrieval: it strengthens nothing of theirs
         if hit.layer == "memory":
             scored.setdefault(hit.id, hit.score)
         for memory in hit.memories:

@@ -26,6 +26,14 @@ class SearchRequest(BaseModel):
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)
     limit: int = Field(default=10, ge=1, le=100)
+    agent_id: Identifier | None = Field(
+        default=None,
+        description="the asking agent: its private memories besides the user's and the shared"
+        " ones (none: the user's and the shared only)",
+    )
+    include_knowledge: bool = Field(
+        default=False, description="also the tenant's knowledge (hits marked scope: knowledge)"
+    )
     unit: Literal["turns", "memories"] | None = Field(
         default=None,
         description="rank source turns (memories attached) or memories"
@@ -44,6 +52,11 @@ class SearchRequest(BaseModel):
     include_turns: bool | None = Field(
         default=None,
         description="memories unit: search raw L2 turns too (default: the server's setting)",
+    )
+    record: bool = Field(
+        default=True,
+        description="record this search as the user's retrieval: access counts, the decay"
+        " clock and Hebbian co-activation (false: an operator's look that changes nothing)",
     )
 
     @property
@@ -92,6 +105,8 @@ class SearchHit:
     memories: list[AttachedMemory] = field(default_factory=list)
     # Reads like instructions (or imitates the untrusted fence): quote it, never obey it.
     suspected_instruction: bool = False
+    # "user": the user's archive and map; "knowledge": the tenant's knowledge, no one user's.
+    scope: Literal["user", "knowledge"] = "user"
 
 
 @dataclass

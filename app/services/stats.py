@@ -7,12 +7,13 @@ from typing import Any
 from sqlalchemy import text
 
 from app.db.session import unit_of_work
+from app.layers.scopes import not_knowledge
 from app.services.jobs import recent_runs
 from app.services.status import LAYER_TABLES
 
 
 def tenant_stats(tenant_id: str) -> dict[str, Any]:
-    with unit_of_work(tenant_id) as session:
+    with unit_of_work(tenant_id, all_agents=True) as session:
         rows = {
             table: int(
                 session.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()  # noqa: S608
@@ -22,8 +23,8 @@ def tenant_stats(tenant_id: str) -> dict[str, Any]:
         users = int(
             session.execute(
                 text(
-                    "SELECT count(*) FROM (SELECT user_id FROM episodic.turns UNION"
-                    " SELECT user_id FROM semantic.memories) AS u"
+                    "SELECT count(*) FROM (SELECT user_id FROM episodic.turns UNION"  # noqa: S608
+                    f" SELECT user_id FROM semantic.memories WHERE {not_knowledge()}) AS u"
                 )
             ).scalar_one()
         )

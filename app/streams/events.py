@@ -188,6 +188,11 @@ class TurnEvent(EventBase):
     external_id: str = Field(min_length=1, max_length=256)
     channel: Channel = "default"
     speaker: str | None = Field(default=None, max_length=128)
+    agent_id: Identifier | None = Field(
+        default=None,
+        description="the agent that took part (recorded on the turn; memories extracted from "
+        "it are that agent's private map)",
+    )
 
     @field_validator("content")
     @classmethod

@@ -58,6 +58,18 @@ NEEDS_POSTGRES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/users/u1/extraction", None),
     ("POST", "/v1/users/u1/extraction/flush", None),
     ("GET", "/v1/stats", None),
+    ("PATCH", f"/v1/memories/{uuid.UUID(int=1)}", {"content": "The key is red."}),
+    ("DELETE", f"/v1/memories/{uuid.UUID(int=1)}", None),
+    ("GET", f"/v1/memories/{uuid.UUID(int=1)}/history", None),
+    ("GET", f"/v1/memories/{uuid.UUID(int=1)}/related", None),
+    ("GET", f"/v1/memories/{uuid.UUID(int=1)}/importance", None),
+    ("GET", f"/v1/memories/{uuid.UUID(int=1)}/entities", None),
+    ("DELETE", f"/v1/users/u1/sessions/{uuid.UUID(int=1)}", None),
+    ("GET", "/v1/users", None),
+    ("GET", "/v1/jobs", None),
+    ("POST", "/v1/knowledge", {"memories": [{"content": "Refunds take 5 days."}]}),
+    ("GET", "/v1/knowledge", None),
+    ("DELETE", f"/v1/knowledge/{uuid.UUID(int=1)}", None),
 ]
 
 

@@ -36,7 +36,7 @@ from tests.integration.helpers import wait_for
 
 README = PROJECT_ROOT / "README.md"
 RUN_LANGUAGES = ("python", "bash", "sh", "shell", "console")
-NAMED = {"sdk", "producer", "curl", "migrate"}
+NAMED = {"sdk", "producer", "curl", "migrate", "agents", "knowledge", "editing"}
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _MARK = re.compile(r"^<!-- (?:example: (?P<name>[\w-]+)\b.*|not run by the tests\b.*)-->\s*$")
@@ -212,6 +212,40 @@ def test_the_curl_example_runs(stack: Stack) -> None:
     assert '"accepted":1' in accepted, out
     assert "Our Postgres replica lags by 40 seconds at night." in search, out
     assert "replica lags" in context and '"token_budget":300' in context, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_agents_example_runs(stack: Stack) -> None:
+    tenant = f"t-readme-agents-{uuid.uuid4().hex[:6]}"
+    out = run(example("agents"), {**stack.env, "ENGRAM_API_KEY": mint_key(tenant).key})
+    planner, chef = out.splitlines()[:2]
+    assert planner.startswith("planner") and "2000 euros" in planner, out
+    assert chef.startswith("chef") and "2000 euros" not in chef, out
+    assert "Vienna" in chef and "vegetarian" in chef, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_knowledge_example_runs(stack: Stack) -> None:
+    tenant = f"t-readme-knowledge-{uuid.uuid4().hex[:6]}"
+    out = run(example("knowledge"), {**stack.env, "ENGRAM_API_KEY": mint_key(tenant).key})
+    found, without = out.splitlines()[:2]
+    assert "('knowledge', 'Refunds are granted within 30 days" in found, out
+    assert without == "0", out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_editing_example_runs(stack: Stack) -> None:
+    tenant = f"t-readme-editing-{uuid.uuid4().hex[:6]}"
+    out = run(example("editing"), {**stack.env, "ENGRAM_API_KEY": mint_key(tenant).key})
+    conflict, first, second, found, deleted = out.splitlines()[:5]
+    assert conflict == "edit the current version: True", out
+    assert first.startswith("1 Frank's gym is on Elm Street.") and "current" not in first, out
+    assert second == "2 Frank's gym is on Oak Avenue. current", out
+    assert found == '["Frank\'s gym is on Oak Avenue."]', out
+    assert deleted == "2", out
 
 
 @pytest.mark.slow

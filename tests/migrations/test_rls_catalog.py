@@ -210,3 +210,39 @@ def test_downgrade_gives_the_registry_back_its_previous_rights(base_settings: Se
     finally:
         engine.dispose()
         drop_database(scratch, base_settings)
+
+
+AGENT_TABLES = ["conceptual.associations", "conceptual.relations", "semantic.memories"]
+
+
+def test_an_agents_map_is_private_by_policy_and_the_archive_is_not(
+    base_settings: Settings,
+) -> None:
+    with owner_engine(base_settings).connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT schemaname || '.' || tablename FROM pg_policies"
+                " WHERE qual LIKE '%engram.agent_id%' AND qual LIKE '%engram.all_agents%'"
+                " AND with_check LIKE '%engram.agent_id%' ORDER BY 1"
+            )
+        ).all()
+    assert [r[0] for r in rows] == AGENT_TABLES
+
+
+def test_a_transaction_that_names_no_agent_sees_no_private_row() -> None:
+    tenant = f"t-{uuid.uuid4().hex[:10]}"
+    insert = (
+        "INSERT INTO semantic.memories (id, tenant_id, user_id, agent_id, kind, content,"
+        " content_hash, occurred_at, valid_from)"
+        " VALUES (gen_random_uuid(), :t, 'u', :a, 'fact', 'x', :a, now(), now())"
+    )
+    with unit_of_work(tenant, agent_id="alpha") as session:
+        session.execute(text(insert), {"t": tenant, "a": "alpha"})
+    count = "SELECT count(*) FROM semantic.memories"
+    with unit_of_work(tenant) as session:
+        assert session.scalar(text(count)) == 0
+    with unit_of_work(tenant, agent_id="beta") as session:
+        assert session.scalar(text(count)) == 0
+    with unit_of_work(tenant, all_agents=True) as session:
+        assert session.scalar(text(count)) == 1
+        session.execute(text("DELETE FROM semantic.memories WHERE tenant_id = :t"), {"t": tenant})

@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.extraction.entities import canonicalize
-from app.layers.conceptual.models import Entity
+from app.layers.conceptual.models import Entity, Mention
 
 MAX_DEPTH = 4
 MAX_EDGES = 500
@@ -115,6 +115,19 @@ ORDER BY b.depth, b.path_weight DESC, s.name, r.relation_type, t.name
 LIMIT :limit
 """
 )
+
+
+def entities_of_memory(*, session: Session, memory_id: uuid.UUID, limit: int = 50) -> list[Entity]:
+    """The entities a memory mentions, most mentioned first: where its graph picture starts."""
+    return list(
+        session.scalars(
+            select(Entity)
+            .join(Mention, (Mention.entity_id == Entity.id) & (Mention.user_id == Entity.user_id))
+            .where(Mention.memory_id == memory_id)
+            .order_by(Entity.mention_count.desc(), Entity.name)
+            .limit(_clamp(limit, 1, MAX_EDGES))
+        )
+    )
 
 
 def neighbourhood(

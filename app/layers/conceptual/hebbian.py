@@ -15,6 +15,8 @@ from typing import NamedTuple
 from sqlalchemy import Uuid, bindparam, text
 from sqlalchemy.orm import Session
 
+from app.layers.scopes import not_knowledge
+
 
 class Coactivation(NamedTuple):
     """One pair of memories of one user that fired `count` times, the last time at `at`.
@@ -179,11 +181,12 @@ class Weakened:
 # ones among them lose the share `factor` of their weight, or are deleted when that takes
 # them under the floor. An edge co-activated meanwhile is re-checked under its row lock
 # (read committed) and left alone. Both writes see the same snapshot and touch disjoint rows.
+# The tenant's knowledge is no user's and has no retrievals of its own: its edges are left be.
 _WEAKEN = text(
-    """
+    f"""
 WITH batch AS (
     SELECT e.user_id, e.memory_a, e.memory_b FROM conceptual.associations AS e
-    WHERE e.tenant_id = :tenant AND e.user_id >= :user
+    WHERE e.tenant_id = :tenant AND e.user_id >= :user AND {not_knowledge("e.user_id")}
       AND (e.user_id, e.memory_a, e.memory_b) > (:user, :a, :b)
     ORDER BY e.user_id, e.memory_a, e.memory_b
     LIMIT :limit
@@ -211,7 +214,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
     SELECT * FROM batch ORDER BY user_id DESC, memory_a DESC, memory_b DESC LIMIT 1
 ) AS last ON true
-"""
+"""  # noqa: S608 - a constant predicate
 ).bindparams(bindparam("a", type_=Uuid), bindparam("b", type_=Uuid))
 
 

@@ -20,7 +20,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+from app.db.base import (
+    Base,
+    agent_column,
+    created_at_column,
+    shared_column,
+    tenant_column,
+    user_column,
+    uuid_pk,
+)
 
 
 class Entity(Base):
@@ -58,6 +66,8 @@ class Relation(Base):
     id: Mapped[uuid.UUID] = uuid_pk()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
+    agent_id: Mapped[str | None] = agent_column()
+    shared: Mapped[bool] = shared_column()
     source_entity_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
     )
@@ -124,6 +134,8 @@ class Association(Base):
 
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
+    agent_id: Mapped[str | None] = agent_column()
+    shared: Mapped[bool] = shared_column()
     memory_a: Mapped[uuid.UUID] = mapped_column(Uuid)
     memory_b: Mapped[uuid.UUID] = mapped_column(Uuid)
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")

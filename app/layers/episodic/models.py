@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+from app.db.base import Base, agent_column, created_at_column, tenant_column, user_column, uuid_pk
 
 
 class Session(Base):
@@ -105,6 +105,8 @@ class Turn(Base):
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
+    # Provenance only: turns are the shared archive every agent of the user reads.
+    agent_id: Mapped[str | None] = agent_column()
     session_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("episodic.sessions.id", ondelete="CASCADE"), nullable=False
     )

@@ -109,6 +109,7 @@ _TURN_COLUMNS = (
     ("external_id", "text"),
     ("role", "text"),
     ("speaker", "text"),
+    ("agent_id", "text"),
     ("content", "text"),
     ("channel", "text"),
     ("occurred_at", "timestamptz"),
@@ -372,7 +373,7 @@ def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
             text(
                 "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
                 " occurred_at, coalesce(emotional_intensity, 0) AS emotional_intensity,"
-                " coalesce(salience, 0) AS salience"
+                " coalesce(salience, 0) AS salience, agent_id"
                 " FROM episodic.turns WHERE extraction_batch_id = :batch"
                 " ORDER BY occurred_at, id"
             ),

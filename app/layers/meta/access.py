@@ -82,3 +82,20 @@ def hot_memories(*, session: Session, user_id: str, limit: int) -> list[Any]:
             {"user": user_id, "limit": limit},
         ).scalars()
     )
+
+
+def memory_accesses(
+    *, session: Session, user_id: str, memory_id: Any, limit: int
+) -> list[datetime]:
+    """When the user's searches returned this memory, newest first: the access points that
+    restarted its decay clock."""
+    return list(
+        session.execute(
+            text(
+                "SELECT created_at FROM meta.access_patterns"
+                " WHERE user_id = :user AND CAST(:memory AS uuid) = ANY(hit_ids)"
+                " ORDER BY created_at DESC LIMIT :limit"
+            ),
+            {"user": user_id, "memory": memory_id, "limit": limit},
+        ).scalars()
+    )

@@ -13,9 +13,14 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.layers.scopes import not_knowledge
+
+# Where a memory's decay clock starts: the later of the last pass and the last access.
+_CLOCK_FROM = (
+    "GREATEST(coalesce(m.decayed_at, m.created_at), coalesce(m.last_accessed_at, m.created_at))"
+)
 _IDLE_DAYS = (
-    "GREATEST(0, extract(epoch FROM (CAST(:tick AS timestamptz) - GREATEST("
-    "coalesce(m.decayed_at, m.created_at), coalesce(m.last_accessed_at, m.created_at)))) / 86400.0)"
+    f"GREATEST(0, extract(epoch FROM (CAST(:tick AS timestamptz) - {_CLOCK_FROM})) / 86400.0)"
 )
 _HALF_LIFE = (
     ":base_days * (1 + ln(1 + GREATEST(m.access_count, 0)))"
@@ -29,7 +34,8 @@ NEW_IMPORTANCE = f"m.importance * power(0.5, {_IDLE_DAYS} / ({_HALF_LIFE}))"
 # at this tick are skipped, which is what makes a re-run of the same tick (or a resumed one)
 # change nothing twice. Only importance, decayed_at and archived_at change, none of them
 # indexed (and search_tsv is no generated column), so on pages with room the updates are
-# HOT: no index entries, nothing recomputed.
+# HOT: no index entries, nothing recomputed. The tenant's knowledge is no user's memory and
+# is used by no one in particular: it never decays, so it is never archived either.
 _DECAY_PAGES = text(
     "WITH changed AS (UPDATE semantic.memories AS m SET"  # noqa: S608 - constant fragments
     f"  importance = LEAST(1, GREATEST(0, {NEW_IMPORTANCE})),"
@@ -38,6 +44,7 @@ _DECAY_PAGES = text(
     "  WHERE m.ctid >= CAST(:lo AS tid) AND m.ctid < CAST(:hi AS tid)"
     "  AND (CAST(:tenant AS text) IS NULL OR m.tenant_id = :tenant)"
     "  AND m.archived_at IS NULL AND (m.decayed_at IS NULL OR m.decayed_at < :tick)"
+    f"  AND {not_knowledge('m.user_id')}"
     "  RETURNING m.archived_at IS NOT NULL AS archived)"
     " SELECT count(*) AS n, count(*) FILTER (WHERE archived) AS archived FROM changed"
 )
@@ -83,6 +90,38 @@ def decay_pages(
         },
     ).one()
     return DecayBatch(rows=int(row.n), archived=int(row.archived))
+
+
+@dataclass(frozen=True)
+class DecayState:
+    """What the decay pass reads of one memory: its stored importance is the value at
+    `clock_from`, and decays from there by the formula until the next access or pass."""
+
+    id: uuid.UUID
+    user_id: str
+    importance: float
+    access_count: int
+    emotional_intensity: float
+    consolidation_strength: float
+    created_at: datetime
+    decayed_at: datetime | None
+    last_accessed_at: datetime | None
+    archived_at: datetime | None
+    clock_from: datetime
+
+
+def decay_state(*, session: Session, memory_id: uuid.UUID) -> DecayState | None:
+    """The memory's decay inputs (None when the tenant has no such memory)."""
+    row = session.execute(
+        text(
+            "SELECT m.id, m.user_id, m.importance, m.access_count, m.emotional_intensity,"  # noqa: S608
+            " m.consolidation_strength, m.created_at, m.decayed_at, m.last_accessed_at,"
+            f" m.archived_at, {_CLOCK_FROM} AS clock_from"
+            " FROM semantic.memories AS m WHERE m.id = :id"
+        ),
+        {"id": memory_id},
+    ).one_or_none()
+    return None if row is None else DecayState(**row._asdict())
 
 
 def restore(

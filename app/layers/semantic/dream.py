@@ -27,6 +27,8 @@ from sqlalchemy import Uuid, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
+from app.layers.scopes import not_knowledge
+
 _IDS = ARRAY(Uuid)
 
 
@@ -276,12 +278,12 @@ def replayed_info(
 _SIMILAR_PAIRS = text(
     """
 WITH v AS MATERIALIZED (
-    SELECT m.id, m.embedding FROM semantic.memories AS m
+    SELECT m.id, m.embedding, m.agent_id FROM semantic.memories AS m
     WHERE m.id = ANY(:ids) AND m.tenant_id = :tenant AND m.user_id = :user
       AND m.embedding IS NOT NULL
 )
 SELECT a.id, b.id, 1 - (a.embedding <=> b.embedding) AS cosine
-FROM v AS a JOIN v AS b ON a.id < b.id
+FROM v AS a JOIN v AS b ON a.id < b.id AND a.agent_id IS NOT DISTINCT FROM b.agent_id
 WHERE 1 - (a.embedding <=> b.embedding) >= :min_cosine
 ORDER BY a.id, b.id
 """
@@ -296,7 +298,8 @@ def similar_pairs(
     memory_ids: Sequence[uuid.UUID],
     min_cosine: float,
 ) -> list[tuple[uuid.UUID, uuid.UUID, float]]:
-    """Pairs (a < b) of these memories with cosine similarity ≥ min_cosine."""
+    """Pairs (a < b) of these memories with cosine similarity ≥ min_cosine, both of one agent
+    scope (so clusters, and the memories merged from them, never cross agents' maps)."""
     if len(memory_ids) < 2:
         return []
     rows = session.execute(
@@ -461,7 +464,7 @@ WITH r AS (
 mem AS MATERIALIZED (
     SELECT m.id, m.importance, m.emotional_intensity, m.salience, m.consolidation_strength,
            m.occurred_at, m.valid_from, m.embedding, m.channel, m.source_turn_ids, m.tags,
-           m.topics
+           m.topics, m.agent_id
     FROM semantic.memories AS m
     WHERE m.id = ANY(:members) AND m.tenant_id = :tenant AND m.user_id = :user
 ),
@@ -474,7 +477,8 @@ agg AS (
                max(m.emotional_intensity) AS emotional_intensity, max(m.salience) AS salience,
                max(m.consolidation_strength) AS strength, max(m.occurred_at) AS occurred_at,
                min(m.valid_from) AS valid_from, l2_normalize(avg(m.embedding)) AS embedding,
-               CASE WHEN count(DISTINCT m.channel) = 1 THEN min(m.channel) END AS channel
+               CASE WHEN count(DISTINCT m.channel) = 1 THEN min(m.channel) END AS channel,
+               min(m.agent_id) AS agent_id
         FROM mem AS m WHERE m.id = ANY(r.member_ids)
     ) AS a
     CROSS JOIN LATERAL (
@@ -493,12 +497,13 @@ agg AS (
 )
 INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content, summary, topics, tags,
     importance, emotional_intensity, salience, consolidation_strength, occurred_at, valid_from,
-    source_turn_ids, content_hash, extractor, metadata, embedding, channel, member_ids)
+    source_turn_ids, content_hash, extractor, metadata, embedding, channel, member_ids,
+    agent_id)
 SELECT agg.id, :tenant, :user, 'consolidated', agg.content, agg.summary, agg.topics, agg.tags,
        agg.importance, agg.emotional_intensity, agg.salience, agg.strength, agg.occurred_at,
        agg.valid_from, agg.turns, agg.content_hash, 'dream',
        jsonb_build_object('cycle_id', CAST(:cycle AS text), 'members', agg.n),
-       agg.embedding, agg.channel, agg.member_ids
+       agg.embedding, agg.channel, agg.member_ids, agg.agent_id
 FROM agg
 WHERE agg.n = cardinality(agg.member_ids)
 ORDER BY agg.id
@@ -746,9 +751,10 @@ def add_community_links(
 # Users of one tenant with never-replayed memories dated since `since` whose cycle of the
 # window starting at `window_start` has not run: a skip scan over the (tenant, user, ...)
 # memories index, one probe per user (and one into the replays index for their last
-# cycle). Users who never dreamt come first, then those who dreamt longest ago.
+# cycle). Users who never dreamt come first, then those who dreamt longest ago. The
+# tenant's knowledge is no user: it is never replayed, linked or merged.
 _RECENT_USERS = text(
-    """
+    f"""
 WITH RECURSIVE u AS (
     (SELECT m.user_id FROM semantic.memories AS m WHERE m.tenant_id = :tenant
      ORDER BY m.user_id LIMIT 1)
@@ -763,7 +769,7 @@ CROSS JOIN LATERAL (
     SELECT max(r.replayed_at) AS last FROM semantic.replays AS r
     WHERE r.tenant_id = :tenant AND r.user_id = u.user_id
 ) AS l
-WHERE u.user_id IS NOT NULL
+WHERE u.user_id IS NOT NULL AND {not_knowledge("u.user_id")}
   AND (l.last IS NULL OR l.last < :window_start)
   AND EXISTS (SELECT 1 FROM semantic.memories AS m
               WHERE m.tenant_id = :tenant AND m.user_id = u.user_id
@@ -771,7 +777,7 @@ WHERE u.user_id IS NOT NULL
                 AND m.valid_to IS NULL AND m.archived_at IS NULL)
 ORDER BY l.last NULLS FIRST, u.user_id
 LIMIT :limit
-"""
+"""  # noqa: S608 - a constant predicate
 )
 
 

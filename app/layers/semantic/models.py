@@ -25,7 +25,15 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+from app.db.base import (
+    Base,
+    agent_column,
+    created_at_column,
+    shared_column,
+    tenant_column,
+    user_column,
+    uuid_pk,
+)
 
 MEMORY_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event", "consolidated")
 
@@ -38,7 +46,13 @@ class Memory(Base):
             "kind IN (" + ", ".join(f"'{k}'" for k in MEMORY_KINDS) + ")", name="kind_known"
         ),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_unit"),
-        Index("ix_memories_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
+        Index(
+            "ix_memories_tenant_user_occurred",
+            "tenant_id",
+            "user_id",
+            "occurred_at",
+            postgresql_include=["agent_id", "shared"],
+        ),
         Index("ix_memories_created_at", "created_at"),
         Index(
             "ix_memories_embedding_hnsw",
@@ -65,12 +79,20 @@ class Memory(Base):
             "subject",
             postgresql_where=text("valid_to IS NULL AND subject IS NOT NULL"),
         ),
+        # Version chains are walked backwards (history) and checked on delete (the FK).
+        Index(
+            "ix_memories_superseded_by",
+            "superseded_by",
+            postgresql_where=text("superseded_by IS NOT NULL"),
+        ),
         {"schema": "semantic"},
     )
 
     id: Mapped[uuid.UUID] = uuid_pk()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
+    agent_id: Mapped[str | None] = agent_column()
+    shared: Mapped[bool] = shared_column()
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
     content: Mapped[str] = mapped_column(Text, nullable=False)
     summary: Mapped[str] = mapped_column(Text, nullable=False, server_default="")

@@ -184,8 +184,10 @@ def nearest_per_vector(
     vectors: Sequence[Sequence[float]],
     texts: Sequence[str] | None = None,
     k: int = 3,
+    agent_id: str | None = None,
 ) -> list[list[tuple[uuid.UUID, float, float, str | None, str | None, str]]]:
-    """For each vector: the k nearest current memories of the user, as
+    """For each vector: the k nearest current memories of the user in one agent scope (the
+    user's level when `agent_id` is None), as
     (id, cosine similarity, trigram similarity to the matching text, subject, value, content).
 
     One statement for the whole batch (LATERAL over the HNSW index)."""
@@ -202,6 +204,7 @@ def nearest_per_vector(
             " WITH ORDINALITY AS g(v, t, n)"
             " CROSS JOIN LATERAL (SELECT id, embedding, content, subject, value"
             "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = :user"
+            "  AND agent_id IS NOT DISTINCT FROM CAST(:agent AS text)"
             "  AND valid_to IS NULL AND archived_at IS NULL AND embedding IS NOT NULL"
             "  ORDER BY embedding <=> g.v LIMIT :k) AS m"
         ),
@@ -211,6 +214,7 @@ def nearest_per_vector(
             "tenant": tenant_id,
             "user": user_id,
             "k": k,
+            "agent": agent_id,
         },
     )
     for n, memory_id, cosine, trigram, subject, value, content in rows:
@@ -221,9 +225,15 @@ def nearest_per_vector(
 
 
 def current_by_subject(
-    *, session: Session, tenant_id: str, user_id: str, subjects: Sequence[str]
+    *,
+    session: Session,
+    tenant_id: str,
+    user_id: str,
+    subjects: Sequence[str],
+    agent_id: str | None = None,
 ) -> list[Any]:
-    """Current (not superseded) memories of the user holding these subjects."""
+    """Current (not superseded) memories of the user holding these subjects, in one agent
+    scope (a contradiction in one agent's map does not close another's memory)."""
     if not subjects:
         return []
     return list(
@@ -231,9 +241,10 @@ def current_by_subject(
             text(
                 "SELECT id, subject, value, occurred_at FROM semantic.memories"
                 " WHERE tenant_id = :tenant AND user_id = :user AND subject = ANY(:subjects)"
+                " AND agent_id IS NOT DISTINCT FROM CAST(:agent AS text)"
                 " AND valid_to IS NULL AND subject IS NOT NULL"
             ),
-            {"tenant": tenant_id, "user": user_id, "subjects": list(subjects)},
+            {"tenant": tenant_id, "user": user_id, "subjects": list(subjects), "agent": agent_id},
         )
     )
 
@@ -242,6 +253,8 @@ _MEMORY_COLUMNS = (
     ("id", "uuid"),
     ("tenant_id", "text"),
     ("user_id", "text"),
+    ("agent_id", "text"),
+    ("shared", "boolean"),
     ("kind", "text"),
     ("content", "text"),
     ("summary", "text"),

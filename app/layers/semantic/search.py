@@ -186,7 +186,7 @@ MEMORY_FIELDS = (
     "m.id, m.user_id, m.kind, m.content, m.summary, m.topics, m.tags, m.importance,"
     " m.emotional_intensity, m.consolidation_strength, m.access_count, m.occurred_at,"
     " m.valid_from, m.valid_to, m.superseded_by, m.archived_at, m.session_id, m.channel,"
-    " m.source_turn_ids, m.original, m.metadata, m.created_at"
+    " m.source_turn_ids, m.original, m.metadata, m.created_at, m.agent_id, m.shared"
 )
 
 # The memory's source turns (ids and the producers' external ids), in the memory's order.

@@ -36,9 +36,11 @@ from app.layers.semantic import repository
 MAX_SOURCE_TURNS = 8
 
 
-def content_hash(content: str) -> str:
-    """Exact-duplicate key: case and whitespace do not make a new memory."""
-    return hashlib.sha256(" ".join(content.lower().split()).encode()).hexdigest()
+def content_hash(content: str, agent_id: str | None = None) -> str:
+    """Exact-duplicate key: case and whitespace do not make a new memory; another agent's
+    scope does (the same words in two agents' private maps are two memories)."""
+    scope = f"agent:{agent_id}\x1f" if agent_id is not None else ""
+    return hashlib.sha256((scope + " ".join(content.lower().split())).encode()).hexdigest()
 
 
 # A number: an optional sign (not a hyphen inside a word, as in "COVID-19"), digits, and
@@ -114,7 +116,11 @@ def store_gems(
     turn_scores: dict[str, tuple[float, float]],
     session_of_turn: dict[str, Any],
     channel_of_turn: dict[str, str] | None = None,
+    agent_id: str | None = None,
+    shared: bool = False,
 ) -> StoredGems:
+    """Store one agent scope's gems (`agent_id` None: the user's level): near-duplicates and
+    contradictions are looked for in that scope only, so scopes never merge."""
     stored = StoredGems()
     # 1. Within the batch: a gem close to an earlier one only adds its sources to it.
     # All pairwise cosines in one product (vectors are unit length): the pure-Python pair loop
@@ -150,10 +156,11 @@ def store_gems(
         user_id=user_id,
         vectors=[p.vector for p in pending],
         texts=[p.gem.content for p in pending],
+        agent_id=agent_id,
     )
     subjects = sorted({p.gem.subject for p in pending if p.gem.subject})
     current = repository.current_by_subject(
-        session=session, tenant_id=tenant_id, user_id=user_id, subjects=subjects
+        session=session, tenant_id=tenant_id, user_id=user_id, subjects=subjects, agent_id=agent_id
     )
     by_subject: dict[str, list[Any]] = {}
     for row in current:
@@ -185,7 +192,7 @@ def store_gems(
         if match is not None:
             matches.append((item, match))
             continue
-        digest = content_hash(gem.content)
+        digest = content_hash(gem.content, agent_id)
         twin_row = next((r for r in new_rows if r["content_hash"] == digest), None)
         if twin_row is not None:  # same text twice in one batch (below the cosine cut-off)
             twin_row["source_turn_ids"] = cite(twin_row["source_turn_ids"], item.sources)
@@ -204,6 +211,8 @@ def store_gems(
                 "id": memory_id,
                 "tenant_id": tenant_id,
                 "user_id": user_id,
+                "agent_id": agent_id,
+                "shared": shared,
                 "kind": gem.kind,
                 "content": gem.content,
                 "summary": gem.summary,

@@ -46,11 +46,18 @@ from engram_memory_client.models import (
     ExtractionStatus,
     ForgetReport,
     Health,
+    KnowledgeDeleted,
     Memory,
+    MemoryDeleted,
+    MemoryEdited,
+    MemoryHistory,
     MemoryPage,
     Procedure,
+    RelatedMemories,
+    RelatedMemory,
     SearchHit,
     SearchResults,
+    SessionCleared,
     Stats,
     StoredMemories,
     StoredMemory,
@@ -173,6 +180,7 @@ class Core:
         channel: str,
         timestamp: datetime | None,
         speaker: str | None,
+        agent_id: str | None = None,
     ) -> dict[str, Any]:
         """The event of one conversation turn, as `add_turn` sends it."""
         event: dict[str, Any] = {
@@ -187,6 +195,8 @@ class Core:
             event["timestamp"] = timestamp
         if speaker is not None:
             event["speaker"] = speaker
+        if agent_id is not None:
+            event["agent_id"] = agent_id
         return event
 
     # -- recall -------------------------------------------------------------------------------
@@ -197,46 +207,140 @@ class Core:
         return (yield from self.call("POST", "/v1/search", SearchResults, body=body))
 
     def context(
-        self, user_id: str, query: str, channel: str | None, token_budget: int | None
+        self,
+        user_id: str,
+        query: str,
+        channel: str | None,
+        token_budget: int | None,
+        *,
+        agent_id: str | None = None,
+        include_knowledge: bool = False,
     ) -> Op[Context]:
         body = {
             "user_id": user_id,
             "query": query,
             "channel": channel,
             "token_budget": token_budget,
+            "agent_id": agent_id,
+            "include_knowledge": include_knowledge or None,
         }
         body = {k: v for k, v in body.items() if v is not None}
         return (yield from self.call("POST", "/v1/context", Context, body=body))
 
     def remember(
-        self, user_id: str, memories: Sequence[Mapping[str, Any] | str]
+        self,
+        user_id: str,
+        memories: Sequence[Mapping[str, Any] | str],
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
     ) -> Op[list[StoredMemory]]:
         # Retried like a read: a repeat of a stored memory is folded into it ("reinforced"),
         # it never adds a second row.
         items = [{"content": m} if isinstance(m, str) else dict(m) for m in memories]
-        body = {"user_id": user_id, "memories": items}
+        body: dict[str, Any] = {"user_id": user_id, "memories": items}
+        if agent_id is not None:
+            body.update(agent_id=agent_id, shared=shared)
         stored = yield from self.call("POST", "/v1/memories", StoredMemories, body=body)
         return stored.memories
 
-    def get_memory(self, memory_id: uuid.UUID | str, recall: int | None) -> Op[Memory]:
+    def get_memory(
+        self, memory_id: uuid.UUID | str, recall: int | None, *, agent_id: str | None = None
+    ) -> Op[Memory]:
         path = f"/v1/memories/{_segment(memory_id)}"
-        return (yield from self.call("GET", path, Memory, params={"recall": recall}))
+        params = {"recall": recall, "agent_id": agent_id}
+        return (yield from self.call("GET", path, Memory, params=params))
 
     def list_memories(
-        self, user_id: str, limit: int, cursor: str | None, include_superseded: bool
+        self,
+        user_id: str,
+        limit: int,
+        cursor: str | None,
+        include_superseded: bool,
+        *,
+        agent_id: str | None = None,
     ) -> Op[MemoryPage]:
         params = {
             "user_id": user_id,
             "limit": limit,
             "cursor": cursor,
             "include_superseded": "true" if include_superseded else None,
+            "agent_id": agent_id,
         }
         return (yield from self.call("GET", "/v1/memories", MemoryPage, params=params))
 
-    def entity_graph(self, user_id: str, name: str, depth: int, limit: int) -> Op[EntityGraph]:
+    def entity_graph(
+        self, user_id: str, name: str, depth: int, limit: int, *, agent_id: str | None = None
+    ) -> Op[EntityGraph]:
         path = f"/v1/entities/{_segment(name)}/graph"
-        params = {"user_id": user_id, "depth": depth, "limit": limit}
+        params = {"user_id": user_id, "depth": depth, "limit": limit, "agent_id": agent_id}
         return (yield from self.call("GET", path, EntityGraph, params=params))
+
+    # -- knowledge (the tenant's facts, no one user's) ----------------------------------------
+
+    def add_knowledge(self, memories: Sequence[Mapping[str, Any] | str]) -> Op[list[StoredMemory]]:
+        items = [{"content": m} if isinstance(m, str) else dict(m) for m in memories]
+        body = {"memories": items}
+        stored = yield from self.call("POST", "/v1/knowledge", StoredMemories, body=body)
+        return stored.memories
+
+    def list_knowledge(self, limit: int, cursor: str | None) -> Op[MemoryPage]:
+        params = {"limit": limit, "cursor": cursor}
+        return (yield from self.call("GET", "/v1/knowledge", MemoryPage, params=params))
+
+    def delete_knowledge(self, memory_id: uuid.UUID | str) -> Op[KnowledgeDeleted]:
+        path = f"/v1/knowledge/{_segment(memory_id)}"
+        return (yield from self.call("DELETE", path, KnowledgeDeleted, idempotent=False))
+
+    # -- editing and history ------------------------------------------------------------------
+
+    def update_memory(
+        self, memory_id: uuid.UUID | str, content: str, **fields: Any
+    ) -> Op[MemoryEdited]:
+        # Retried like a read: the same edit sent again answers "unchanged" (see the route).
+        body = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
+        path = f"/v1/memories/{_segment(memory_id)}"
+        return (yield from self.call("PATCH", path, MemoryEdited, body=body))
+
+    def delete_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        user_id: str | None,
+        with_trace: bool,
+        *,
+        agent_id: str | None = None,
+    ) -> Op[MemoryDeleted]:
+        path = f"/v1/memories/{_segment(memory_id)}"
+        params = {
+            "user_id": user_id,
+            "with_trace": "true" if with_trace else None,
+            "agent_id": agent_id,
+        }
+        return (yield from self.call("DELETE", path, MemoryDeleted, params=params))
+
+    def memory_history(
+        self, memory_id: uuid.UUID | str, user_id: str | None, *, agent_id: str | None = None
+    ) -> Op[MemoryHistory]:
+        path = f"/v1/memories/{_segment(memory_id)}/history"
+        params = {"user_id": user_id, "agent_id": agent_id}
+        return (yield from self.call("GET", path, MemoryHistory, params=params))
+
+    def related_memories(
+        self,
+        memory_id: uuid.UUID | str,
+        user_id: str | None,
+        limit: int,
+        *,
+        agent_id: str | None = None,
+    ) -> Op[list[RelatedMemory]]:
+        path = f"/v1/memories/{_segment(memory_id)}/related"
+        params = {"user_id": user_id, "limit": limit, "agent_id": agent_id}
+        reply = yield from self.call("GET", path, RelatedMemories, params=params)
+        return reply.related
+
+    def clear_session(self, user_id: str, session_id: uuid.UUID | str) -> Op[SessionCleared]:
+        path = f"/v1/users/{_segment(user_id)}/sessions/{_segment(session_id)}"
+        return (yield from self.call("DELETE", path, SessionCleared))
 
     # -- procedures ---------------------------------------------------------------------------
 

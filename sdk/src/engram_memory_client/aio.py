@@ -27,11 +27,17 @@ from engram_memory_client.models import (
     ExtractionStatus,
     ForgetReport,
     Health,
+    KnowledgeDeleted,
     Memory,
+    MemoryDeleted,
+    MemoryEdited,
+    MemoryHistory,
     MemoryPage,
     Procedure,
+    RelatedMemory,
     SearchHit,
     SearchResults,
+    SessionCleared,
     Stats,
     StoredMemory,
     Suggestion,
@@ -115,6 +121,7 @@ class AsyncEngramClient:
         channel: str = "default",
         timestamp: datetime | None = None,
         speaker: str | None = None,
+        agent_id: str | None = None,
     ) -> EventsAccepted:
         """See `EngramClient.add_turn`."""
         event = Core.turn_event(
@@ -125,6 +132,7 @@ class AsyncEngramClient:
             channel=channel,
             timestamp=timestamp,
             speaker=speaker,
+            agent_id=agent_id,
         )
         return await self.send_events([event])
 
@@ -143,6 +151,9 @@ class AsyncEngramClient:
         include_superseded: bool = False,
         include_turns: bool | None = None,
         unit: Literal["turns", "memories"] | None = None,
+        agent_id: str | None = None,
+        include_knowledge: bool = False,
+        record: bool = True,
     ) -> SearchResults:
         """See `EngramClient.search`."""
         return await self._run(
@@ -159,6 +170,9 @@ class AsyncEngramClient:
                 min_importance=min_importance,
                 include_superseded=include_superseded,
                 include_turns=include_turns,
+                agent_id=agent_id,
+                include_knowledge=include_knowledge or None,
+                record=None if record else False,
             )
         )
 
@@ -169,19 +183,39 @@ class AsyncEngramClient:
         *,
         channel: str | None = None,
         token_budget: int | None = None,
+        agent_id: str | None = None,
+        include_knowledge: bool = False,
     ) -> Context:
         """See `EngramClient.context`."""
-        return await self._run(self._core.context(user_id, query, channel, token_budget))
+        return await self._run(
+            self._core.context(
+                user_id,
+                query,
+                channel,
+                token_budget,
+                agent_id=agent_id,
+                include_knowledge=include_knowledge,
+            )
+        )
 
     async def remember(
-        self, user_id: str, memories: Sequence[Mapping[str, Any] | str]
+        self,
+        user_id: str,
+        memories: Sequence[Mapping[str, Any] | str],
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
     ) -> list[StoredMemory]:
         """See `EngramClient.remember`."""
-        return await self._run(self._core.remember(user_id, memories))
+        return await self._run(
+            self._core.remember(user_id, memories, agent_id=agent_id, shared=shared)
+        )
 
-    async def get_memory(self, memory_id: uuid.UUID | str, *, recall: int | None = None) -> Memory:
+    async def get_memory(
+        self, memory_id: uuid.UUID | str, *, recall: int | None = None, agent_id: str | None = None
+    ) -> Memory:
         """See `EngramClient.get_memory`."""
-        return await self._run(self._core.get_memory(memory_id, recall))
+        return await self._run(self._core.get_memory(memory_id, recall, agent_id=agent_id))
 
     async def list_memories(
         self,
@@ -190,9 +224,12 @@ class AsyncEngramClient:
         limit: int = 50,
         cursor: str | None = None,
         include_superseded: bool = False,
+        agent_id: str | None = None,
     ) -> MemoryPage:
         """See `EngramClient.list_memories`."""
-        return await self._run(self._core.list_memories(user_id, limit, cursor, include_superseded))
+        return await self._run(
+            self._core.list_memories(user_id, limit, cursor, include_superseded, agent_id=agent_id)
+        )
 
     async def iter_memories(
         self, user_id: str, *, page_size: int = 100, include_superseded: bool = False
@@ -210,10 +247,97 @@ class AsyncEngramClient:
             cursor = page.next_cursor
 
     async def entity_graph(
-        self, user_id: str, name: str, *, depth: int = 2, limit: int = 50
+        self,
+        user_id: str,
+        name: str,
+        *,
+        depth: int = 2,
+        limit: int = 50,
+        agent_id: str | None = None,
     ) -> EntityGraph:
         """See `EngramClient.entity_graph`."""
-        return await self._run(self._core.entity_graph(user_id, name, depth, limit))
+        return await self._run(
+            self._core.entity_graph(user_id, name, depth, limit, agent_id=agent_id)
+        )
+
+    async def add_knowledge(
+        self, memories: Sequence[Mapping[str, Any] | str]
+    ) -> list[StoredMemory]:
+        """Store facts of the tenant (docs, policies): no one user's, searched by any user
+        with `include_knowledge=True`."""
+        return await self._run(self._core.add_knowledge(memories))
+
+    async def list_knowledge(self, *, limit: int = 50, cursor: str | None = None) -> MemoryPage:
+        """One page of the tenant's knowledge, newest first."""
+        return await self._run(self._core.list_knowledge(limit, cursor))
+
+    async def delete_knowledge(self, memory_id: uuid.UUID | str) -> KnowledgeDeleted:
+        """Delete one fact of the tenant's knowledge (NotFoundError if it is not one)."""
+        return await self._run(self._core.delete_knowledge(memory_id))
+
+    async def update_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        content: str,
+        *,
+        user_id: str | None = None,
+        kind: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        agent_id: str | None = None,
+    ) -> MemoryEdited:
+        """See `EngramClient.update_memory`."""
+        return await self._run(
+            self._core.update_memory(
+                memory_id,
+                content,
+                user_id=user_id,
+                kind=kind,
+                importance=importance,
+                metadata=dict(metadata) if metadata is not None else None,
+                agent_id=agent_id,
+            )
+        )
+
+    async def delete_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        with_trace: bool = False,
+        agent_id: str | None = None,
+    ) -> MemoryDeleted:
+        """See `EngramClient.delete_memory`."""
+        return await self._run(
+            self._core.delete_memory(memory_id, user_id, with_trace, agent_id=agent_id)
+        )
+
+    async def memory_history(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> MemoryHistory:
+        """See `EngramClient.memory_history`."""
+        return await self._run(self._core.memory_history(memory_id, user_id, agent_id=agent_id))
+
+    async def related_memories(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        limit: int = 10,
+        agent_id: str | None = None,
+    ) -> list[RelatedMemory]:
+        """See `EngramClient.related_memories`."""
+        return await self._run(
+            self._core.related_memories(memory_id, user_id, limit, agent_id=agent_id)
+        )
+
+    async def clear_session(self, user_id: str, session_id: uuid.UUID | str) -> SessionCleared:
+        """See `EngramClient.clear_session`."""
+        return await self._run(self._core.clear_session(user_id, session_id))
 
     async def record_procedure(
         self,

@@ -29,11 +29,17 @@ from engram_memory_client.models import (
     ExtractionStatus,
     ForgetReport,
     Health,
+    KnowledgeDeleted,
     Memory,
+    MemoryDeleted,
+    MemoryEdited,
+    MemoryHistory,
     MemoryPage,
     Procedure,
+    RelatedMemory,
     SearchHit,
     SearchResults,
+    SessionCleared,
     Stats,
     StoredMemory,
     Suggestion,
@@ -122,6 +128,7 @@ class EngramClient:
         channel: str = "default",
         timestamp: datetime | None = None,
         speaker: str | None = None,
+        agent_id: str | None = None,
     ) -> EventsAccepted:
         """Queue one conversation turn; `external_id` is your message id (makes it idempotent)."""
         event = Core.turn_event(
@@ -132,6 +139,7 @@ class EngramClient:
             channel=channel,
             timestamp=timestamp,
             speaker=speaker,
+            agent_id=agent_id,
         )
         return self.send_events([event])
 
@@ -150,9 +158,13 @@ class EngramClient:
         include_superseded: bool = False,
         include_turns: bool | None = None,
         unit: Literal["turns", "memories"] | None = None,
+        agent_id: str | None = None,
+        include_knowledge: bool = False,
+        record: bool = True,
     ) -> SearchResults:
         """Hybrid search: the user's source turns with their memories attached (or memories,
-        with `unit="memories"`)."""
+        with `unit="memories"`). `record=False` looks without counting as the user's
+        retrieval (no access count, decay clock or Hebbian change)."""
         return self._run(
             self._core.search(
                 user_id,
@@ -167,6 +179,9 @@ class EngramClient:
                 min_importance=min_importance,
                 include_superseded=include_superseded,
                 include_turns=include_turns,
+                agent_id=agent_id,
+                include_knowledge=include_knowledge or None,
+                record=None if record else False,
             )
         )
 
@@ -177,19 +192,37 @@ class EngramClient:
         *,
         channel: str | None = None,
         token_budget: int | None = None,
+        agent_id: str | None = None,
+        include_knowledge: bool = False,
     ) -> Context:
         """The context block for the next answer, packed into the token budget."""
-        return self._run(self._core.context(user_id, query, channel, token_budget))
+        return self._run(
+            self._core.context(
+                user_id,
+                query,
+                channel,
+                token_budget,
+                agent_id=agent_id,
+                include_knowledge=include_knowledge,
+            )
+        )
 
     def remember(
-        self, user_id: str, memories: Sequence[Mapping[str, Any] | str]
+        self,
+        user_id: str,
+        memories: Sequence[Mapping[str, Any] | str],
+        *,
+        agent_id: str | None = None,
+        shared: bool = False,
     ) -> list[StoredMemory]:
         """Store explicit memories (a string is `{"content": it}`); results in request order."""
-        return self._run(self._core.remember(user_id, memories))
+        return self._run(self._core.remember(user_id, memories, agent_id=agent_id, shared=shared))
 
-    def get_memory(self, memory_id: uuid.UUID | str, *, recall: int | None = None) -> Memory:
+    def get_memory(
+        self, memory_id: uuid.UUID | str, *, recall: int | None = None, agent_id: str | None = None
+    ) -> Memory:
         """One memory; with `recall=N`, its source turns and N turns around them."""
-        return self._run(self._core.get_memory(memory_id, recall))
+        return self._run(self._core.get_memory(memory_id, recall, agent_id=agent_id))
 
     def list_memories(
         self,
@@ -198,9 +231,12 @@ class EngramClient:
         limit: int = 50,
         cursor: str | None = None,
         include_superseded: bool = False,
+        agent_id: str | None = None,
     ) -> MemoryPage:
         """One page of the user's memories, newest first."""
-        return self._run(self._core.list_memories(user_id, limit, cursor, include_superseded))
+        return self._run(
+            self._core.list_memories(user_id, limit, cursor, include_superseded, agent_id=agent_id)
+        )
 
     def iter_memories(
         self, user_id: str, *, page_size: int = 100, include_superseded: bool = False
@@ -217,10 +253,95 @@ class EngramClient:
             cursor = page.next_cursor
 
     def entity_graph(
-        self, user_id: str, name: str, *, depth: int = 2, limit: int = 50
+        self,
+        user_id: str,
+        name: str,
+        *,
+        depth: int = 2,
+        limit: int = 50,
+        agent_id: str | None = None,
     ) -> EntityGraph:
         """The entity's neighbourhood in the user's concept graph (NotFoundError if unknown)."""
-        return self._run(self._core.entity_graph(user_id, name, depth, limit))
+        return self._run(self._core.entity_graph(user_id, name, depth, limit, agent_id=agent_id))
+
+    def add_knowledge(self, memories: Sequence[Mapping[str, Any] | str]) -> list[StoredMemory]:
+        """Store facts of the tenant (docs, policies): no one user's, searched by any user
+        with `include_knowledge=True`."""
+        return self._run(self._core.add_knowledge(memories))
+
+    def list_knowledge(self, *, limit: int = 50, cursor: str | None = None) -> MemoryPage:
+        """One page of the tenant's knowledge, newest first."""
+        return self._run(self._core.list_knowledge(limit, cursor))
+
+    def delete_knowledge(self, memory_id: uuid.UUID | str) -> KnowledgeDeleted:
+        """Delete one fact of the tenant's knowledge (NotFoundError if it is not one)."""
+        return self._run(self._core.delete_knowledge(memory_id))
+
+    def update_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        content: str,
+        *,
+        user_id: str | None = None,
+        kind: str | None = None,
+        importance: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        agent_id: str | None = None,
+    ) -> MemoryEdited:
+        """Edit a memory: the content becomes its new version, the old one stays in its
+        history. Sending the same edit again writes nothing (`status == "unchanged"`); editing
+        a replaced version raises ConflictError naming the current one (`current_id`)."""
+        return self._run(
+            self._core.update_memory(
+                memory_id,
+                content,
+                user_id=user_id,
+                kind=kind,
+                importance=importance,
+                metadata=dict(metadata) if metadata is not None else None,
+                agent_id=agent_id,
+            )
+        )
+
+    def delete_memory(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        with_trace: bool = False,
+        agent_id: str | None = None,
+    ) -> MemoryDeleted:
+        """Delete a memory and every version of it from every layer; with `with_trace`, also
+        the source turns no other memory cites."""
+        return self._run(
+            self._core.delete_memory(memory_id, user_id, with_trace, agent_id=agent_id)
+        )
+
+    def memory_history(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> MemoryHistory:
+        """Every version of the memory, oldest first (from any version's id)."""
+        return self._run(self._core.memory_history(memory_id, user_id, agent_id=agent_id))
+
+    def related_memories(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        user_id: str | None = None,
+        limit: int = 10,
+        agent_id: str | None = None,
+    ) -> list[RelatedMemory]:
+        """Memories associated with this one or sharing its entities, strongest first."""
+        return self._run(self._core.related_memories(memory_id, user_id, limit, agent_id=agent_id))
+
+    def clear_session(self, user_id: str, session_id: uuid.UUID | str) -> SessionCleared:
+        """Clear a session: its turns, the memories only it supports, its turns in working
+        memory. Session ids come with search hits, memories and recalled turns."""
+        return self._run(self._core.clear_session(user_id, session_id))
 
     def record_procedure(
         self,

@@ -13,6 +13,7 @@ import httpx
 
 __all__ = [
     "AuthenticationError",
+    "ConflictError",
     "EngramError",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -56,6 +57,19 @@ class NotFoundError(EngramError):
     """404: no such memory or entity for this key's tenant (another tenant's looks the same)."""
 
 
+class ConflictError(EngramError):
+    """409: the memory was replaced by a newer version (`current_id`), or another memory of
+    the user already says what the edit would (`duplicate_of`)."""
+
+    @property
+    def current_id(self) -> str | None:
+        return self.detail.get("current_id") if isinstance(self.detail, dict) else None
+
+    @property
+    def duplicate_of(self) -> str | None:
+        return self.detail.get("duplicate_of") if isinstance(self.detail, dict) else None
+
+
 class ValidationError(EngramError):
     """422: the request was malformed; `fields` lists the offending fields."""
 
@@ -71,6 +85,7 @@ class UnavailableError(EngramError):
 _ERRORS: dict[int, type[EngramError]] = {
     401: AuthenticationError,
     404: NotFoundError,
+    409: ConflictError,
     413: PayloadTooLargeError,
     422: ValidationError,
     503: UnavailableError,

@@ -26,12 +26,20 @@ __all__ = [
     "ForgetReport",
     "GraphEdge",
     "Health",
+    "KnowledgeDeleted",
     "Memory",
+    "MemoryDeleted",
+    "MemoryEdited",
+    "MemoryHistory",
     "MemoryPage",
+    "MemoryVersion",
     "Procedure",
     "Receipt",
+    "RelatedMemories",
+    "RelatedMemory",
     "SearchHit",
     "SearchResults",
+    "SessionCleared",
     "Stats",
     "StoredMemories",
     "StoredMemory",
@@ -112,6 +120,8 @@ class SearchHit(WireModel):
     memories: list[AttachedMemory] = []
     # Reads like instructions (or imitates the untrusted fence): quote it, never obey it.
     suspected_instruction: bool = False
+    # "user" (the user's archive and map) or "knowledge" (the tenant's, no one user's).
+    scope: str = "user"
 
 
 class SearchResults(WireModel):
@@ -154,6 +164,8 @@ class Memory(WireModel):
 
     id: uuid.UUID
     user_id: str
+    agent_id: str | None = None  # the agent whose map holds it (None: the user's level)
+    shared: bool = False  # an agent's memory every agent of the user may read
     kind: str
     content: str
     summary: str | None = None
@@ -261,6 +273,13 @@ class SuggestionReply(WireModel):
     suggestion: Suggestion | None = None
 
 
+class KnowledgeDeleted(WireModel):
+    """A fact of the tenant's knowledge, deleted."""
+
+    id: uuid.UUID
+    deleted: bool = True
+
+
 class ForgetReport(WireModel):
     """What forgetting a user removed: rows per "schema.table", and Redis keys."""
 
@@ -330,3 +349,62 @@ class Health(WireModel):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+class MemoryEdited(WireModel):
+    """An edit: `memory` is the current version; `status` is "unchanged" (and `previous_id`
+    None) when it already held what was sent (a repeated edit writes nothing)."""
+
+    status: str
+    memory: Memory
+    previous_id: uuid.UUID | None = None
+
+
+class MemoryDeleted(WireModel):
+    """A deleted memory: every version of it (`ids`), rows removed per kind, Redis keys."""
+
+    ids: list[uuid.UUID] = []
+    rows: dict[str, int] = {}
+    redis_keys: int = 0
+
+
+class MemoryVersion(Memory):
+    """One version in a memory's history (`version` 1 is the oldest)."""
+
+    version: int
+    supersedes: uuid.UUID | None = None
+
+
+class MemoryHistory(WireModel):
+    """A memory's versions, oldest first; `current_id` is the one in force (None: none)."""
+
+    memory_id: uuid.UUID
+    current_id: uuid.UUID | None = None
+    versions: list[MemoryVersion] = []
+
+
+class RelatedMemory(WireModel):
+    """A memory associated with another (Hebbian weight) or sharing its entities."""
+
+    id: uuid.UUID
+    content: str
+    score: float
+    shared_entities: list[str] = []
+    association_weight: float = 0.0
+
+
+class RelatedMemories(WireModel):
+    memory_id: uuid.UUID
+    related: list[RelatedMemory] = []
+
+
+class SessionCleared(WireModel):
+    """What clearing a session removed; `kept_memory_ids` now cite only other sessions."""
+
+    session_id: uuid.UUID
+    rows: dict[str, int] = {}
+    deleted_memory_ids: list[uuid.UUID] = []
+    kept_memory_ids: list[uuid.UUID] = []
+    working_turns: int = 0
+    summary_dropped: bool = False
+    redis_keys: int = 0
