@@ -12,6 +12,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLOWER_PASSWORD = "engram-dev"  # noqa: S105 - refused by `check_production`
 METRICS_TOKEN_MIN_CHARS = 16
+REDIS_BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
+AMQP_BROKER_SCHEMES = ("amqp", "amqps", "pyamqp")
+BROKER_SCHEMES = REDIS_BROKER_SCHEMES + AMQP_BROKER_SCHEMES
 
 
 class Settings(BaseSettings):
@@ -31,7 +34,17 @@ class Settings(BaseSettings):
     app_role: str = Field(default="engram_app", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
     app_role_password: SecretStr = SecretStr("engram-app")
     database_name: str = "engram"
+    # `redis://host:port/0` for one server; `redis+cluster://host:port` names a Redis Cluster
+    # by any of its nodes (streams, working memory and caches then live on the cluster; the
+    # Celery broker cannot, so CELERY_BROKER_URL must name a plain Redis or AMQP broker).
     redis_url: str | None = Field(default=None, alias="REDIS_URL")
+    # Celery's broker: unset, the data Redis above (queues under `<prefix>:celery:`); else a
+    # Redis or RabbitMQ of its own (workers/broker.py). Streams and L1 never move with it.
+    celery_broker_url: str | None = Field(
+        default=None,
+        alias="CELERY_BROKER_URL",
+        description="redis://, rediss://, sentinel:// or amqp(s):// URL of Celery's broker",
+    )
     data_dir: Path = PROJECT_ROOT / ".engram"
 
     # Redis key namespace: everything Engram writes to Redis starts with this, then with the
@@ -284,6 +297,12 @@ class Settings(BaseSettings):
                 raise ValueError(
                     "production needs DATABASE_URL, APP_DATABASE_URL and REDIS_URL explicitly"
                 )
+        cluster = (self.redis_url or "").startswith(("redis+cluster://", "rediss+cluster://"))
+        if cluster and not self.celery_broker_url:
+            raise ValueError(
+                "REDIS_URL names a Redis Cluster, which cannot carry the Celery broker: "
+                "set CELERY_BROKER_URL to a plain Redis or AMQP URL"
+            )
         if self.working_flush_margin_s >= self.working_idle_ttl_s:
             raise ValueError(
                 "ENGRAM_WORKING_FLUSH_MARGIN_S must be below ENGRAM_WORKING_IDLE_TTL_S"
@@ -296,6 +315,21 @@ class Settings(BaseSettings):
         ):
             raise ValueError("ENGRAM_SALIENCE_WEIGHT_* must not all be zero")
         return self
+
+    @field_validator("celery_broker_url")
+    @classmethod
+    def broker_is_redis_or_rabbitmq(cls, url: str | None) -> str | None:
+        """Empty means unset (the data Redis); only the transports Engram is tested on."""
+        if not url:
+            return None
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in BROKER_SCHEMES:
+            given = f"{scheme}://…" if scheme else "a URL without a scheme"
+            raise ValueError(
+                "CELERY_BROKER_URL must be a Redis or RabbitMQ URL "
+                f"({', '.join(s + '://' for s in BROKER_SCHEMES)}), not {given}"
+            )
+        return url
 
     @field_validator("metrics_token")
     @classmethod

@@ -1,7 +1,8 @@
-"""The Celery app: Redis broker, per-concern queues, settings for at-least-once work.
+"""The Celery app: its broker, per-concern queues, settings for at-least-once work.
 
 Configuration is applied lazily (on first use of `app.conf`), so importing this module does no
-I/O; the broker URL is resolved then, starting the embedded Redis if that is the setup.
+I/O; the broker URL is resolved then (workers/broker.py: CELERY_BROKER_URL, else the data
+Redis, starting the embedded Redis if that is the setup).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from celery.signals import (
 
 from app.config import get_settings
 from app.logs import close_context, configure_logging, open_context, use_json
-from app.redis_client import resolve_redis_url
+from workers import broker
 from workers.beat import beat_schedule
 from workers.queues import MAINTENANCE, ROUTES, TASK_QUEUES
 
@@ -44,7 +45,7 @@ app = Celery(
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
     settings = get_settings()
-    url = resolve_redis_url(settings)
+    url = broker.broker_url(settings)
     sender.conf.update(
         broker_url=url,
         # Results are not used: tasks hand ids to the next step, and state lives in Postgres.
@@ -66,17 +67,9 @@ def _configure(sender: Celery, **_: Any) -> None:
         worker_prefetch_multiplier=1,
         task_time_limit=settings.task_time_limit_s,
         task_soft_time_limit=max(settings.task_time_limit_s - 30, 1),
-        # The Redis transport redelivers an unacked message after the visibility timeout; it
-        # must exceed the longest task (time limit) and any countdown/ETA we use, or a running
-        # task is handed to a second worker.
-        # Celery's own keys live under ENGRAM_REDIS_PREFIX, so test runs and deployments with
-        # their own prefix never exchange task messages. Not under the deployment id: that is
-        # read from the database, and configuring Celery must not need one (see README,
-        # "Deployments sharing a Redis").
-        broker_transport_options={
-            "visibility_timeout": settings.visibility_timeout_s,
-            "global_keyprefix": f"{settings.redis_prefix}:celery:",
-        },
+        # On Redis: a visibility timeout above any task and keys under ENGRAM_REDIS_PREFIX;
+        # on RabbitMQ: publisher confirms (workers/broker.py).
+        broker_transport_options=broker.transport_options(settings, url),
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
         worker_send_task_events=True,

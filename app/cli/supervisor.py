@@ -117,7 +117,10 @@ def worker_command(
     concurrency: int = 4,
     consumers: int | None = None,
     loglevel: str = "INFO",
+    hostname: str | None = None,
 ) -> list[str]:
+    """`celery worker` for these queues; `hostname` names the node (`-n ingest@%h`), which
+    must differ between workers sharing a broker, as on separate hosts it does by default."""
     command = celery_command(
         "worker",
         "-Q",
@@ -133,6 +136,8 @@ def worker_command(
     )
     if consumers is not None:
         command += ["--stream-consumers", str(consumers)]
+    if hostname is not None:
+        command += ["-n", hostname]
     return command
 
 

@@ -18,6 +18,7 @@ import redis
 from app.config import Settings
 from app.embedding.base import Embedder, EmbeddingError
 from app.keys import RedisKeys
+from app.redis_client import is_cluster
 
 _log = logging.getLogger(__name__)
 _FLOAT32 = np.dtype("<f4")
@@ -78,7 +79,11 @@ class CachedEmbedder:
     def _load(self, keys: list[str]) -> list[np.ndarray | None]:
         """Cached vectors (None where absent or unreadable); Redis trouble means no cache."""
         try:
-            values = self.client.mget(keys)
+            # On a cluster the digests fall in many slots: MGET per slot, in one pipeline.
+            if is_cluster(self.client):
+                values = self.client.mget_nonatomic(keys)  # type: ignore[attr-defined]
+            else:
+                values = self.client.mget(keys)
         except redis.RedisError as exc:
             _log.warning("embedding cache unavailable, embedding without it: %s", exc)
             return [None] * len(keys)

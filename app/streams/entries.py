@@ -11,12 +11,16 @@ dead-letters it while its neighbours go on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.client import NEVER_DECODE
+from redis.cluster import RedisCluster
+
+from app.redis_client import is_cluster
 
 RawPairs = tuple[tuple[bytes, bytes], ...]
 
@@ -89,51 +93,123 @@ def _as_sent(response: Any, **_: Any) -> Any:
     return response
 
 
+def _raw_client(pool: redis.ConnectionPool) -> redis.Redis:
+    client = redis.Redis(connection_pool=pool)
+    for command in ("XREADGROUP", "XAUTOCLAIM"):
+        client.set_response_callback(command, _as_sent)
+    return client
+
+
+def _rows(reply: Any) -> list[StreamEntry]:
+    rows = reply.items() if isinstance(reply, Mapping) else (reply or [])
+    return [
+        decode_entry(_text(stream), _text(entry_id), fields)
+        for stream, items in rows
+        for entry_id, fields in items or []
+    ]
+
+
+# On a cluster, how often an idle consumer looks again while its read "blocks".
+CLUSTER_POLL_S = 0.05
+
+
 class RawStreamReader:
     """XREADGROUP and XAUTOCLAIM whose replies stay bytes, on the caller's connection pool.
 
     A second client object on the same pool (so no extra connections) whose callbacks for
     these two commands return the reply as Redis sent it; NEVER_DECODE keeps it bytes even
-    when the pool's client was created with decode_responses=True."""
+    when the pool's client was created with decode_responses=True.
+
+    On Redis Cluster each partition is its own slot and one XREADGROUP may not name streams
+    of several slots, so the reader sends one per stream, pipelined per master, through a
+    raw client on that master's pool; a blocking read becomes polling every CLUSTER_POLL_S
+    until the block time is over. A master that moved (failover, resharding) refreshes the
+    slot map and the error goes up, to be retried like any outage."""
 
     def __init__(self, client: redis.Redis) -> None:
-        self.client = redis.Redis(connection_pool=client.connection_pool)
-        for command in ("XREADGROUP", "XAUTOCLAIM"):
-            self.client.set_response_callback(command, _as_sent)
+        self.cluster: RedisCluster | None = client if is_cluster(client) else None  # type: ignore[assignment]
+        self.client = None if self.cluster else _raw_client(client.connection_pool)
+        self._by_node: dict[str, redis.Redis] = {}
+
+    def _for(self, stream: str) -> redis.Redis:
+        """The raw client that reaches the master holding `stream`."""
+        if self.cluster is None:
+            assert self.client is not None
+            return self.client
+        node = self.cluster.get_node_from_key(stream)
+        if node.redis_connection is None:
+            self.cluster.nodes_manager.initialize()
+            node = self.cluster.get_node_from_key(stream)
+        pool = node.redis_connection.connection_pool
+        raw = self._by_node.get(node.name)
+        if raw is None or raw.connection_pool is not pool:
+            raw = self._by_node[node.name] = _raw_client(pool)
+        return raw
+
+    def _refreshing(self, exc: redis.RedisError) -> redis.RedisError:
+        if self.cluster is not None:
+            self.cluster.nodes_manager.initialize()
+        return exc
 
     def read_group(
         self, group: str, consumer: str, streams: Iterable[str], *, count: int, block: int | None
     ) -> list[StreamEntry]:
         """New entries (`>`) of every stream, each decoded on its own."""
         names = list(streams)
+        if self.cluster is not None:
+            return self._read_group_per_stream(group, consumer, names, count=count, block=block)
         args: list[Any] = ["XREADGROUP", "GROUP", group, consumer, "COUNT", count]
         if block is not None:
             args += ["BLOCK", block]
         args += ["STREAMS", *names, *([">"] * len(names))]
-        reply = self.client.execute_command(*args, **{NEVER_DECODE: []})
-        rows = reply.items() if isinstance(reply, Mapping) else (reply or [])
-        return [
-            decode_entry(_text(stream), _text(entry_id), fields)
-            for stream, items in rows
-            for entry_id, fields in items or []
-        ]
+        assert self.client is not None
+        return _rows(self.client.execute_command(*args, **{NEVER_DECODE: []}))
+
+    def _read_group_per_stream(
+        self, group: str, consumer: str, names: list[str], *, count: int, block: int | None
+    ) -> list[StreamEntry]:
+        deadline = time.monotonic() + (block or 0) / 1000
+        while True:
+            by_node: dict[int, tuple[redis.Redis, list[str]]] = {}
+            try:
+                for name in names:
+                    raw = self._for(name)
+                    by_node.setdefault(id(raw), (raw, []))[1].append(name)
+                found: list[StreamEntry] = []
+                for raw, streams in by_node.values():
+                    pipe = raw.pipeline(transaction=False)
+                    for name in streams:
+                        pipe.execute_command(
+                            "XREADGROUP", "GROUP", group, consumer, "COUNT", count,
+                            "STREAMS", name, ">", **{NEVER_DECODE: []},
+                        )  # fmt: skip
+                    for reply in pipe.execute():
+                        found.extend(_rows(reply))
+            except (redis.ConnectionError, redis.exceptions.MovedError) as exc:
+                raise self._refreshing(exc) from exc
+            if found or block is None or time.monotonic() >= deadline:
+                return found
+            time.sleep(min(CLUSTER_POLL_S, max(0.0, deadline - time.monotonic())))
 
     def autoclaim(
         self, stream: str, group: str, consumer: str, min_idle_ms: int, cursor: str, count: int
     ) -> tuple[list[StreamEntry], str, list[str]]:
         """(claimed entries, next cursor, ids deleted while pending). The reply has two parts
         on Redis 6.2, which reports a deleted entry as nil in place, and three on 7+."""
-        reply = self.client.execute_command(
-            "XAUTOCLAIM",
-            stream,
-            group,
-            consumer,
-            min_idle_ms,
-            cursor,
-            "COUNT",
-            count,
-            **{NEVER_DECODE: []},
-        )
+        try:
+            reply = self._for(stream).execute_command(
+                "XAUTOCLAIM",
+                stream,
+                group,
+                consumer,
+                min_idle_ms,
+                cursor,
+                "COUNT",
+                count,
+                **{NEVER_DECODE: []},
+            )
+        except (redis.ConnectionError, redis.exceptions.MovedError) as exc:
+            raise self._refreshing(exc) from exc
         claimed: list[StreamEntry] = []
         deleted: list[str] = []
         for item in reply[1] or []:

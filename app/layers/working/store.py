@@ -25,6 +25,7 @@ import redis
 from app.config import Settings
 from app.keys import RedisKeys
 from app.layers.working.summary import fold_summary
+from app.redis_client import run_script
 from app.text.tokens import count_tokens
 
 _PUSH = """
@@ -163,7 +164,7 @@ class WorkingMemoryStore:
             ]
             for turn in batches[(tenant_id, user_id)]:
                 args.extend((_score(turn.at), turn.member(), turn.tokens, turn.id))
-            self._push(keys=self._user_keys(tenant_id, user_id), args=args, client=pipe)
+            run_script(self._push, pipe, keys=self._user_keys(tenant_id, user_id), args=args)
         active = self.keys.working_active()
         pipe.zadd(active, {f"{t}\x1f{u}": time.time() for t, u in users})
         replies = pipe.execute()
@@ -177,7 +178,7 @@ class WorkingMemoryStore:
     def fold_evicted(self, tenant_id: str, user_id: str) -> None:
         """Fold evicted turns into the rolling summary; WATCH makes concurrent folds safe."""
         _, state_key, evicted_key, _ = self._user_keys(tenant_id, user_id)
-        with self.client.pipeline() as pipe:
+        with self.client.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     pipe.watch(evicted_key, state_key)
@@ -250,5 +251,8 @@ class WorkingMemoryStore:
         )
         pipe = self.client.pipeline(transaction=False)
         for tenant_id, user_id in users:
-            pipe.eval(script, 1, self.keys.working_active(), f"{tenant_id}\x1f{user_id}", cutoff)
+            # EVAL as a plain command: a cluster pipeline's `eval` method takes no arguments.
+            pipe.execute_command(
+                "EVAL", script, 1, self.keys.working_active(), f"{tenant_id}\x1f{user_id}", cutoff
+            )
         pipe.execute()
