@@ -5,14 +5,32 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
 
 from app.api.app import create_app
 from app.config import Settings
+
+
+@contextmanager
+def prefixed(base: Settings, label: str, **update: Any) -> Iterator[Settings]:
+    """Settings under a Redis prefix of their own (`test-<label>-…`), whose keys are deleted
+    when the block ends: a test module's API keeps its streams and caches to itself."""
+    from app.redis_client import get_redis
+
+    settings = base.model_copy(
+        update={"redis_prefix": f"test-{label}-{uuid.uuid4().hex[:10]}", **update}
+    )
+    yield settings
+    client = get_redis(settings)
+    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.services.prefetch import prefetch
 from app.services.tenants import mint_key, revoke_key
 from app.text.tokens import count_tokens
+from tests.integration.api_server import prefixed
 from tests.integration.helpers import turn
 
 MAX_BODY = 64 * 1024
@@ -125,19 +126,8 @@ def search(client: TestClient, caller: Caller, user: str, query: str, **extra: A
 
 @pytest.fixture(scope="module")
 def api_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={
-            "redis_prefix": f"test-api-{uuid.uuid4().hex[:10]}",
-            "api_max_body_bytes": MAX_BODY,
-        }
-    )
-    yield settings
-    from app.redis_client import get_redis
-
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "api", api_max_body_bytes=MAX_BODY) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

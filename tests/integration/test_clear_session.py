@@ -29,6 +29,7 @@ from app.layers.episodic.models import Session, Turn
 from app.layers.semantic.service import store_gems
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.services.tenants import mint_key
+from tests.integration.api_server import prefixed
 
 AT = datetime(2026, 3, 1, 9, tzinfo=UTC)
 
@@ -45,16 +46,8 @@ class Trace:
 
 @pytest.fixture(scope="module")
 def api_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={"redis_prefix": f"test-clear-{uuid.uuid4().hex[:10]}"}
-    )
-    yield settings
-    from app.redis_client import get_redis
-
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "clear") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
 from app.streams.events import EventValidationError, is_identifier
 from app.streams.producer import EventProducer, Receipt
+from tests.integration.api_server import prefixed
 
 CONTENT_CAP = 64_000
 GOOD_KINDS = ["turn", "tool_run", "iot_trigger", "typing_start", "channel_switch"]
@@ -203,14 +204,8 @@ def test_the_producer_refuses_or_the_consumer_stores(
 
 @pytest.fixture(scope="module")
 def api_settings(base_settings: Settings) -> Iterator[Settings]:
-    found = base_settings.model_copy(update={"redis_prefix": f"test-door-{uuid.uuid4().hex[:8]}"})
-    yield found
-    from app.redis_client import get_redis
-
-    client = get_redis(found)
-    keys = list(client.scan_iter(match=f"{found.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "door") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from app.keys import RedisKeys
 from app.layers.conceptual.hebbian import Coactivation, apply_coactivations
 from app.services.access import record_retrieval
 from app.services.tenants import mint_key
+from tests.integration.api_server import prefixed
 
 
 def uid(label: str) -> str:
@@ -37,16 +38,8 @@ class Caller:
 
 @pytest.fixture(scope="module")
 def api_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={"redis_prefix": f"test-edit-{uuid.uuid4().hex[:10]}"}
-    )
-    yield settings
-    from app.redis_client import get_redis
-
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "edit") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")
