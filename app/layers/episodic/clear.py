@@ -62,33 +62,27 @@ def delete_turns(*, session: Session, user_id: str, turn_ids: Sequence[uuid.UUID
     """Delete these turns of the user; sessions lose their count, empty ones go."""
     if not turn_ids:
         return 0
-    rows = session.execute(
+    counted = session.execute(
         text(
-            "DELETE FROM episodic.turns WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
-            " RETURNING session_id"
+            "WITH gone AS (DELETE FROM episodic.turns WHERE user_id = :user"
+            "  AND id = ANY(CAST(:ids AS uuid[])) RETURNING session_id),"
+            " per AS (SELECT session_id, count(*) AS n FROM gone GROUP BY session_id),"
+            " counted AS (UPDATE episodic.sessions AS s"
+            "  SET turn_count = GREATEST(0, s.turn_count - per.n)"
+            "  FROM per WHERE s.id = per.session_id RETURNING s.id)"
+            " SELECT session_id AS id, n FROM per"
         ),
         {"user": user_id, "ids": list(turn_ids)},
-    ).scalars()
-    per_session: dict[uuid.UUID, int] = {}
-    for session_id in rows:
-        per_session[session_id] = per_session.get(session_id, 0) + 1
-    for session_id, count in per_session.items():
-        session.execute(
-            text(
-                "UPDATE episodic.sessions SET turn_count = GREATEST(0, turn_count - :n)"
-                " WHERE id = :id"
-            ),
-            {"id": session_id, "n": count},
-        )
-    if per_session:
+    ).all()
+    if counted:
         session.execute(
             text(
                 "DELETE FROM episodic.sessions AS s WHERE s.id = ANY(CAST(:ids AS uuid[]))"
                 " AND NOT EXISTS (SELECT 1 FROM episodic.turns AS t WHERE t.session_id = s.id)"
             ),
-            {"ids": list(per_session)},
+            {"ids": [row.id for row in counted]},
         )
-    return sum(per_session.values())
+    return sum(int(row.n) for row in counted)
 
 
 def delete_session(*, session: Session, user_id: str, session_id: uuid.UUID) -> int:

@@ -7,6 +7,7 @@ relation counts stay true (app/layers/conceptual/unlink.py). Never commits.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -75,15 +76,31 @@ def citing_memories(*, session: Session, user_id: str, turn_ids: Sequence[uuid.U
 def keep_citations(
     *, session: Session, rows: Sequence[tuple[uuid.UUID, list[uuid.UUID], Any]]
 ) -> int:
-    """Set (memory id, cited turns, session id) on memories that keep other turns."""
-    for memory_id, kept, session_id in rows:
-        session.execute(
-            text(
-                "UPDATE semantic.memories SET source_turn_ids = CAST(:kept AS uuid[]),"
-                " session_id = :session, updated_at = now() WHERE id = :id"
-            ),
-            {"id": memory_id, "kept": list(kept), "session": session_id},
-        )
+    """Set (memory id, cited turns, session id) on memories that keep other turns, in one
+    statement."""
+    if not rows:
+        return 0
+    session.execute(
+        text(
+            "UPDATE semantic.memories AS m SET source_turn_ids = ARRAY(SELECT CAST(e AS uuid)"
+            "  FROM jsonb_array_elements_text(x.kept) WITH ORDINALITY AS k(e, n) ORDER BY n),"
+            " session_id = x.session, updated_at = now()"
+            " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x(id uuid, kept jsonb, session uuid)"
+            " WHERE m.id = x.id"
+        ),
+        {
+            "rows": json.dumps(
+                [
+                    {
+                        "id": str(memory_id),
+                        "kept": [str(t) for t in kept],
+                        "session": str(session_id) if session_id else None,
+                    }
+                    for memory_id, kept, session_id in rows
+                ]
+            )
+        },
+    )
     return len(rows)
 
 
