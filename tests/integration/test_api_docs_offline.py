@@ -19,9 +19,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from app.config import Settings
-from app.redis_client import get_redis
 from app.services.tenants import mint_key
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 
 MAIN_ROUTES = [
     ("post", "/v1/events", "202"),
@@ -53,14 +52,8 @@ class _Links(HTMLParser):
 
 @pytest.fixture(scope="module")
 def docs_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={"redis_prefix": f"test-docs-{uuid.uuid4().hex[:10]}"}
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "docs") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from app.redis_client import get_redis
 from app.services.ingest import IngestService
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 
 MAX_BODY = 256 * 1024
 
@@ -51,19 +51,14 @@ class Server:
 @pytest.fixture(scope="module")
 def sdk_settings(base_settings: Settings) -> Iterator[Settings]:
     """Module-wide settings (one server for every test here), with their own Redis prefix."""
-    settings = base_settings.model_copy(
-        update={
-            "redis_prefix": f"test-sdk-{uuid.uuid4().hex[:10]}",
-            "consumer_block_ms": 50,
-            "claim_min_idle_ms": 200,
-            "api_max_body_bytes": MAX_BODY,
-        }
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(
+        base_settings,
+        "sdk",
+        consumer_block_ms=50,
+        claim_min_idle_ms=200,
+        api_max_body_bytes=MAX_BODY,
+    ) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

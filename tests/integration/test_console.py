@@ -42,7 +42,7 @@ from app.services.insight import importance_curve
 from app.services.memories import MemoryIn, RememberRequest, remember
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 
 STATIC = Path(__file__).resolve().parents[2] / "app" / "console" / "static"
 WINDOW = (1400, 1000)
@@ -81,14 +81,8 @@ class World:
 
 @pytest.fixture(scope="module")
 def console_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={"redis_prefix": f"test-console-{uuid.uuid4().hex[:10]}"}
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "console") as settings:
+        yield settings
 
 
 def _ingest_turns(settings: Settings, url: str, key: str, tenant: str, user: str) -> list[Any]:

@@ -35,7 +35,7 @@ from app.redis_client import get_redis
 from app.services.ingest import IngestService
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 
 ENGRAM = str(Path(sys.executable).parent / "engram")
 TOOLS = {
@@ -65,18 +65,8 @@ class Api:
 
 @pytest.fixture(scope="module")
 def mcp_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={
-            "redis_prefix": f"test-mcp-{uuid.uuid4().hex[:10]}",
-            "consumer_block_ms": 50,
-            "claim_min_idle_ms": 200,
-        }
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "mcp", consumer_block_ms=50, claim_min_idle_ms=200) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,9 @@ from app.cli.supervisor import worker_command
 from app.config import PROJECT_ROOT, Settings
 from app.db.session import unit_of_work
 from app.layers.episodic.models import Turn
-from app.redis_client import get_redis
 from app.services.tenants import mint_key
 from tests.conftest import worker_env
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 from tests.integration.helpers import wait_for
 
 README = PROJECT_ROOT / "README.md"
@@ -125,18 +124,10 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def readme_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={
-            "redis_prefix": f"test-readme-{uuid.uuid4().hex[:10]}",
-            "consumer_block_ms": 50,
-            "claim_min_idle_ms": 1000,
-        }
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(
+        base_settings, "readme", consumer_block_ms=50, claim_min_idle_ms=1000
+    ) as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")

@@ -23,20 +23,14 @@ from app.config import Settings
 from app.embedding.factory import get_embedder
 from app.redis_client import get_redis
 from app.services.tenants import mint_key
-from tests.integration.api_server import serve
+from tests.integration.api_server import prefixed, serve
 from tests.integration.test_clear_session import build_trace
 
 
 @pytest.fixture(scope="module")
 def sdk_settings(base_settings: Settings) -> Iterator[Settings]:
-    settings = base_settings.model_copy(
-        update={"redis_prefix": f"test-sdk-edit-{uuid.uuid4().hex[:10]}"}
-    )
-    yield settings
-    client = get_redis(settings)
-    keys = list(client.scan_iter(match=f"{settings.redis_prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with prefixed(base_settings, "sdk-edit") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="module")
