@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     )
     max_deliveries: int = Field(default=5, ge=1)
     trim_interval_s: float = Field(default=30.0, gt=0)
+    # Safe mode for failover (app/streams/durable.py): with N > 0 an event is reported accepted
+    # only once N replicas of the master holding its partition acknowledged it (Redis WAIT),
+    # so a replica promoted after the master dies has it; fewer in time → a retryable refusal.
+    stream_wait_replicas: int = Field(
+        default=0, ge=0, le=16, description="replicas that must acknowledge an event's XADD"
+    )
+    stream_wait_timeout_ms: int = Field(
+        default=1000, ge=1, le=60_000, description="how long a producer waits for them"
+    )
 
     # Token budgets are counted by this tokenizer: "wordpiece" (shipped) or the path of a
     # model family's tokenizer.json (app/text/tokens.py).
@@ -151,7 +160,9 @@ class Settings(BaseSettings):
     )
     embedding_api_key: SecretStr | None = None
     embedding_timeout_s: float = Field(default=30.0, gt=0)
-    embedding_cache_ttl_s: int = Field(default=7 * 86_400, ge=1)
+    # Long enough for what re-embeds a text (a gem after its turn's passages, retries, a
+    # search repeated within the day); every cached vector costs ~2 KB of Redis per text.
+    embedding_cache_ttl_s: int = Field(default=86_400, ge=1)
     embedding_threads: int = Field(
         default=1, ge=1, le=64, description="onnxruntime intra-op threads of the local model"
     )

@@ -31,7 +31,7 @@ from app.streams.events import (
     is_identifier,
     parse_event,
 )
-from app.streams.producer import ProducerError, StreamFullError
+from app.streams.producer import NotReplicatedError, ProducerError, StreamFullError
 
 router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
@@ -84,7 +84,8 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
             ) from None
     try:
         receipts = _state(request).producer.send_many(parsed)
-    except StreamFullError as exc:
+    except (StreamFullError, NotReplicatedError) as exc:
+        # Retryable: resend the batch (or the ids not in `accepted`); ids make it harmless.
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             {"message": str(exc), "accepted": [r.event_id for r in exc.sent]},

@@ -24,7 +24,7 @@ from app.db.migrate import MigrationError, SchemaState, schema_state
 from app.embedded import postgres as embedded_postgres
 from app.embedded.postgres import EmbeddedPostgresError
 from app.embedded.redis import EmbeddedRedisError
-from app.streams.producer import ProducerError
+from app.streams.producer import NotReplicatedError, ProducerError
 
 # The schema is missing or older than the code: a table, a function or a schema is unknown.
 _SCHEMA_MISSING = (
@@ -180,6 +180,8 @@ def explain(exc: BaseException, settings: Settings | None = None) -> Problem | N
         return _schema_problem(exc, settings)
     if (found := _first(exc, _REDIS_DOWN)) is not None:
         return _redis_problem(found, settings)
+    if isinstance(exc, NotReplicatedError):
+        return Problem(str(exc), "run it again once they answer: nothing is stored twice")
     if isinstance(exc, ProducerError):
         return _redis_problem(exc, settings)
     if (found := _first(exc, _DB_DOWN)) is not None:

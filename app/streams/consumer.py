@@ -36,7 +36,7 @@ from app.streams.dead_letter import write_dead_letter
 from app.streams.deployment import refuse_foreign
 from app.streams.entries import RawStreamReader, StreamEntry
 from app.streams.failures import describe, is_deterministic, is_transient
-from app.streams.group import GroupUpkeep, keep_touching
+from app.streams.group import GroupUpkeep, keep_touching, vanished
 
 __all__ = ["BatchHandler", "ConsumerStats", "StreamConsumer", "StreamEntry", "is_transient"]
 
@@ -99,12 +99,7 @@ class StreamConsumer:
 
     def ensure_groups(self) -> None:
         """Create the group on every partition (from the start, MKSTREAM); idempotent."""
-        for stream in self.streams:
-            try:
-                self.client.xgroup_create(stream, self.group, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+        self.upkeep.create(self.streams)
 
     def leave(self) -> None:
         """Remove this consumer from every group if it holds nothing pending."""
@@ -201,11 +196,11 @@ class StreamConsumer:
                 block=block_ms,
             )
         except redis.ResponseError as exc:
-            if "NOGROUP" in str(exc):
-                _log.warning("consumer group vanished; recreating it")
-                self.ensure_groups()
-                return []
-            raise
+            if not vanished(exc):
+                raise
+            _log.warning("consumer group vanished; recreating it")
+            self.ensure_groups()
+            return []
 
     # -- reclaiming -------------------------------------------------------------------------
 
@@ -216,14 +211,21 @@ class StreamConsumer:
         for stream in self.streams:
             cursor = "0-0"
             while True:
-                claimed, cursor, deleted = self.reader.autoclaim(
-                    stream,
-                    self.group,
-                    self.name,
-                    self.settings.claim_min_idle_ms,
-                    cursor,
-                    self.settings.consumer_batch_size,
-                )
+                try:
+                    claimed, cursor, deleted = self.reader.autoclaim(
+                        stream,
+                        self.group,
+                        self.name,
+                        self.settings.claim_min_idle_ms,
+                        cursor,
+                        self.settings.consumer_batch_size,
+                    )
+                except redis.ResponseError as exc:
+                    if not vanished(exc):  # else the reads of every partition would wait on it
+                        raise
+                    _log.warning("consumer group vanished from %s; recreating it", stream)
+                    self.upkeep.create([stream])
+                    break
                 if deleted:
                     self._count_lost(stream, deleted)
                 if claimed:
@@ -389,6 +391,8 @@ class StreamConsumer:
             group=self.group,
             error=error,
             deliveries=deliveries,
+            replicas=self.settings.stream_wait_replicas,
+            timeout_ms=self.settings.stream_wait_timeout_ms,
         )
         self._ack([entry])
         self.stats.dead_lettered += 1

@@ -9,7 +9,9 @@ we cannot classify might be a passing one.
 The dead letter keeps the entry losslessly: its fields are copied as raw bytes (Redis values
 are binary-safe), in their order and with repeats, each under `field:<name>`, next to the
 source stream, entry id, group, error, delivery count and time. It is written *before* the
-entry is acked: a crash in between duplicates a dead letter, never loses one.
+entry is acked: a crash in between duplicates a dead letter, never loses one. With
+`stream_wait_replicas` above 0 it must also be acknowledged by that many replicas before the
+ack (app/streams/durable.py), or a failover could lose an entry that was never stored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import redis
 
+from app.streams.durable import require_replicated
 from app.streams.entries import StreamEntry
 
 ERROR_MAX_CHARS = 4000
@@ -54,8 +57,13 @@ def write_dead_letter(
     group: str,
     error: str,
     deliveries: int,
+    replicas: int = 0,
+    timeout_ms: int = 1000,
 ) -> str:
-    """XADD the dead letter; returns its id."""
+    """XADD the dead letter (acknowledged by `replicas` replicas, else ReplicationShortfall,
+    a transient error); returns its id."""
     fields = dead_letter_fields(entry, group=group, error=error, deliveries=deliveries)
+    if replicas:
+        return require_replicated(client, key, fields, replicas=replicas, timeout_ms=timeout_ms)
     entry_id = client.execute_command("XADD", key, "*", *fields)
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import redis
+from redis.exceptions import AskError, ClusterError, RedisClusterException, TryAgainError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.streams.events import EventValidationError
@@ -19,6 +20,9 @@ from app.streams.events import EventValidationError
 # Postgres error classes that are about the server, not the entry: connection (08), rollback
 # by deadlock or serialization (40), resources (53), operator intervention (57), system (58).
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+# A Redis Cluster between two states (a failover, a resharding): CLUSTERDOWN, TRYAGAIN, a
+# redirect redis-py could not follow, a slot no master covers yet. It settles by itself.
+CLUSTER_IN_FLUX = (ClusterError, TryAgainError, AskError, RedisClusterException)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -26,6 +30,8 @@ def is_transient(exc: BaseException) -> bool:
     its SQLSTATE says so (a value too large for an index is the entry's fault, though
     psycopg files it under OperationalError)."""
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, CLUSTER_IN_FLUX):
         return True
     if isinstance(exc, DBAPIError):
         if exc.connection_invalidated:

@@ -71,6 +71,12 @@ return removed
 TOUCH_CHUNK = 1000
 
 
+def vanished(exc: BaseException) -> bool:
+    """NOGROUP: the partition or its group is gone (deleted, or lost with a master whose
+    replica took over): it is recreated from the start, and what it still holds is redone."""
+    return isinstance(exc, redis.ResponseError) and "NOGROUP" in str(exc)
+
+
 class GroupUpkeep:
     """The two scripts, registered once per client (EVALSHA, reloaded if Redis restarted)."""
 
@@ -79,6 +85,15 @@ class GroupUpkeep:
         self.group = group
         self._touch = client.register_script(_TOUCH)
         self._remove = client.register_script(_REMOVE_IDLE)
+
+    def create(self, streams: Sequence[str]) -> None:
+        """Create the group on every stream, from its start (MKSTREAM); idempotent."""
+        for stream in streams:
+            try:
+                self.client.xgroup_create(stream, self.group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
     def touch(self, stream: str, consumer: str, entry_ids: Sequence[str]) -> int:
         """Reset the idle time of those of `entry_ids` that `consumer` still owns."""

@@ -8,6 +8,12 @@ backpressure signal). The check is per batch, not atomic across producers, so a 
 overshoot by what concurrent producers add in one batch — an approximate cap, like `MAXLEN ~`,
 that errs on the side of keeping data. Consumers trim only what every consumer group has
 acknowledged (`XTRIM … MINID ~ <oldest pending or undelivered id>`, see app/streams/trim.py).
+
+Accepted means durable enough: with `stream_wait_replicas` at 0, an event is accepted once
+its master holds it (a failover can lose what the master had not yet passed on); above 0,
+only once that many replicas of the master acknowledged it (app/streams/durable.py). Events
+on a master whose replicas fell short are refused with NotReplicatedError, never reported as
+accepted, and the caller resends them.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from functools import cached_property
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from app.config import Settings, get_settings
 from app.keys import RedisKeys, partition_of
 from app.streams.deployment import stamped
+from app.streams.durable import Shortfall, append_durably
 from app.streams.events import Event, EventBase, EventValidationError, parse_event
 
 
@@ -54,6 +62,16 @@ class ProducerError(RuntimeError):
 
 class StreamFullError(ProducerError):
     """A partition is at its cap because consumers lag; retry later (backpressure)."""
+
+    def __init__(self, message: str, sent: list[Receipt], unsent: list[Event]) -> None:
+        super().__init__(message)
+        self.sent = sent
+        self.unsent = unsent
+
+
+class NotReplicatedError(ProducerError):
+    """Too few replicas acknowledged some events in time (ENGRAM_STREAM_WAIT_REPLICAS): they
+    are not accepted, since a failover could lose them; resend them (a resend is harmless)."""
 
     def __init__(self, message: str, sent: list[Receipt], unsent: list[Event]) -> None:
         super().__init__(message)
@@ -98,9 +116,8 @@ class EventProducer:
         streams = [self.stream_for(event) for event in parsed]
         try:
             room = self._room(set(streams))
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise ProducerError(f"could not reach Redis: {exc}") from exc
-        pipe = self.client.pipeline(transaction=False)
         accepted: list[tuple[Event, str]] = []
         unsent: list[Event] = []
         for event, stream in zip(parsed, streams, strict=True):
@@ -109,15 +126,10 @@ class EventProducer:
                 continue
             room[stream] -= 1
             accepted.append((event, stream))
-            pipe.xadd(stream, stamped({"event": event.to_json()}, self.keys.deployment))
-        try:
-            replies = pipe.execute() if accepted else []
-        except redis.RedisError as exc:
-            raise ProducerError(f"could not send events to Redis: {exc}") from exc
-        receipts = [
-            Receipt(str(event.id), stream, reply.decode() if isinstance(reply, bytes) else reply)
-            for (event, stream), reply in zip(accepted, replies, strict=True)
-        ]
+        if self.settings.stream_wait_replicas:
+            receipts = self._append_replicated(accepted, unsent)
+        else:
+            receipts = self._append(accepted)
         if unsent:
             raise StreamFullError(
                 f"{len(unsent)} event(s) refused: partition at its cap of "
@@ -126,6 +138,81 @@ class EventProducer:
                 unsent,
             )
         return receipts
+
+    def _fields(self, event: Event) -> dict[str, str]:
+        return stamped({"event": event.to_json()}, self.keys.deployment)
+
+    def _append(self, accepted: list[tuple[Event, str]]) -> list[Receipt]:
+        """Accepted once the masters hold them: one pipeline, routed by the client."""
+        if not accepted:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for event, stream in accepted:
+            pipe.xadd(stream, self._fields(event))
+        try:
+            replies = pipe.execute()
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise ProducerError(f"could not send events to Redis: {exc}") from exc
+        return [
+            Receipt(str(event.id), stream, reply.decode() if isinstance(reply, bytes) else reply)
+            for (event, stream), reply in zip(accepted, replies, strict=True)
+        ]
+
+    def _append_replicated(
+        self, accepted: list[tuple[Event, str]], unsent: list[Event]
+    ) -> list[Receipt]:
+        """Accepted once `stream_wait_replicas` replicas acknowledged them; the events of a
+        master that fell short raise NotReplicatedError (with those of full partitions)."""
+        if not accepted:
+            return []
+        appends = [
+            (stream, [x for pair in self._fields(event).items() for x in pair])
+            for event, stream in accepted
+        ]
+        try:
+            ids, shortfalls = append_durably(
+                self.client,
+                appends,
+                replicas=self.settings.stream_wait_replicas,
+                timeout_ms=self.settings.stream_wait_timeout_ms,
+            )
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise ProducerError(f"could not send events to Redis: {exc}") from exc
+        receipts = [
+            Receipt(str(event.id), stream, entry_id)
+            for (event, stream), entry_id in zip(accepted, ids, strict=True)
+            if entry_id is not None
+        ]
+        if shortfalls:
+            refused = [e for (e, _), got in zip(accepted, ids, strict=True) if got is None]
+            raise NotReplicatedError(
+                self._shortfall_message(len(refused), shortfalls), receipts, refused + unsent
+            )
+        return receipts
+
+    def _shortfall_message(self, refused: int, shortfalls: list[Shortfall]) -> str:
+        """Names the setting and says whether waiting can help (a replica is slow or down)
+        or not (a master has fewer replicas than the setting asks for)."""
+        wanted = self.settings.stream_wait_replicas
+        parts = []
+        for short in shortfalls:
+            if short.has_too_few_replicas:
+                parts.append(
+                    f"Redis {short.node} has {short.connected_replicas} connected replica(s) "
+                    f"but ENGRAM_STREAM_WAIT_REPLICAS={wanted}: attach replicas to it or set "
+                    "ENGRAM_STREAM_WAIT_REPLICAS=0"
+                )
+            else:
+                parts.append(
+                    f"only {short.acknowledged} of ENGRAM_STREAM_WAIT_REPLICAS={wanted} "
+                    f"replica(s) of Redis {short.node} acknowledged them within "
+                    f"ENGRAM_STREAM_WAIT_TIMEOUT_MS={self.settings.stream_wait_timeout_ms}"
+                )
+        return (
+            f"{refused} event(s) not accepted, a failover could lose them: "
+            + "; ".join(parts)
+            + " (resending them is harmless)"
+        )
 
     def _room(self, streams: set[str]) -> dict[str, int]:
         ordered = sorted(streams)

@@ -94,17 +94,17 @@ def test_keys_expire_and_hold_float32_vectors(
     assert np.frombuffer(raw, dtype="<f4").tolist() == vector
 
 
-def test_default_ttl_is_a_week_and_factory_wraps_with_a_client(
+def test_default_ttl_is_a_day_and_factory_wraps_with_a_client(
     settings: Settings, redis_client: redis.Redis
 ) -> None:
-    assert settings.embedding_cache_ttl_s == 7 * 86_400
+    assert settings.embedding_cache_ttl_s == 86_400
     embedder = get_embedder(settings, redis_client)
     assert isinstance(embedder, CachedEmbedder)
     assert embedder.inner is local_embedder(settings.embedding_threads)
     assert embedder.dim == 384
-    embedder.embed(["a week from now this is gone"])
+    embedder.embed(["a day from now this is gone"])
     (key,) = cache_keys(redis_client, settings)
-    assert 7 * 86_400 - 60 < redis_client.ttl(key) <= 7 * 86_400
+    assert 86_400 - 60 < redis_client.ttl(key) <= 86_400
 
 
 def test_model_name_is_part_of_the_key_and_bad_values_are_re_embedded(

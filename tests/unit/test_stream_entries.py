@@ -8,6 +8,7 @@ import psycopg
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.exceptions import ClusterDownError, SlotNotCoveredError
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
 from app.streams.dead_letter import FIELD_PREFIX, dead_letter_fields
@@ -75,6 +76,8 @@ def _db_error(kind: type[Exception], cause: Exception) -> Exception:
 def test_outages_are_transient() -> None:
     assert is_transient(redis.ConnectionError("down"))
     assert is_transient(ConnectionError("broker down"))
+    assert is_transient(ClusterDownError("CLUSTERDOWN The cluster is down"))  # a failover
+    assert is_transient(SlotNotCoveredError('Slot "12" is not covered by the cluster.'))
     assert is_transient(_db_error(OperationalError, psycopg.OperationalError("refused")))
     assert is_transient(_db_error(OperationalError, psycopg.errors.DeadlockDetected("x")))
     assert is_transient(_db_error(OperationalError, psycopg.errors.AdminShutdown("x")))
