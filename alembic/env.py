@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, pool
 
 from app.db.bootstrap import database_urls
 from app.db.models import Base
-from app.db.schema_objects import is_hand_managed
+from app.db.schema_objects import in_models
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -19,8 +19,8 @@ target_metadata = Base.metadata
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # type: ignore[no-untyped-def]
-    """Views and the materialized view are written by hand in migrations, not in models."""
-    return not (type_ == "table" and is_hand_managed(name, getattr(obj, "schema", None)))
+    """Views, the materialized view and partitions are made by hand, not from the models."""
+    return in_models(obj, name, type_)
 
 
 def _url() -> str:

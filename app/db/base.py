@@ -5,7 +5,17 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import Boolean, DateTime, MetaData, String, Text, false, func
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    ForeignKeyConstraint,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    false,
+    func,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -33,6 +43,33 @@ class Base(DeclarativeBase):
 
 def uuid_pk() -> Mapped[uuid.UUID]:
     return mapped_column(primary_key=True, default=uuid.uuid4)
+
+
+def uuid_id() -> Mapped[uuid.UUID]:
+    """A row's UUID, keyed together with its tenant by `tenant_key`."""
+    return mapped_column(default=uuid.uuid4)
+
+
+def tenant_key(*columns: str) -> PrimaryKeyConstraint:
+    """The primary key `columns` + tenant_id: a distributed Postgres (Citus) needs the
+    distribution column in every key, and the leading columns still find a row alone (see
+    the tenant_keys_and_partitions migration)."""
+    return PrimaryKeyConstraint(*columns, "tenant_id")
+
+
+def tenant_reference(
+    columns: str, target: str, ondelete: str, *, user: bool = False
+) -> ForeignKeyConstraint:
+    """A reference `columns` → `target`'s id, joined on the tenant too (and on the user, into
+    the user-partitioned trace). SET NULL unsets only the reference, never the tenant."""
+    extra = ["tenant_id", "user_id"] if user else ["tenant_id"]
+    if ondelete == "SET NULL":
+        ondelete = f"SET NULL ({columns})"
+    return ForeignKeyConstraint(
+        [columns, *extra],
+        [f"{target}.id", *(f"{target}.{column}" for column in extra)],
+        ondelete=ondelete,
+    )
 
 
 def tenant_column() -> Mapped[str]:

@@ -2,7 +2,7 @@
 
 from app.db.base import Base
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
-from app.layers.episodic.models import RawEvent, Session, Turn
+from app.layers.episodic.models import RawEvent, Session, Turn, TurnPassage
 from app.layers.meta.models import AccessPattern, ApiKey, JobRun, Procedure, Tenant
 from app.layers.semantic.models import ExtractionBatch, Memory, Replay
 from app.layers.working.models import WorkingSummary
@@ -11,6 +11,7 @@ TENANT_TABLES = (
     WorkingSummary,
     Session,
     Turn,
+    TurnPassage,
     RawEvent,
     Memory,
     ExtractionBatch,

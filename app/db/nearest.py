@@ -12,6 +12,7 @@ sorting them took 30 ms against 21 through HNSW, 14k memories 59 against 6 — w
 a 300-memory user took 115 ms against 1. The index walk visits about limit * table / user
 rows, the exact sort reads the user's rows, so the crossover grows with the square root of
 the table: HNSW once the user holds sqrt(CROSSOVER * table rows) rows (4k of 100k, 13k of 1M).
+For a partitioned table the walk is of the user's partition's own index, so its rows count.
 """
 
 from __future__ import annotations
@@ -44,13 +45,19 @@ def index_threshold(table_rows: float) -> int:
 
 
 def _rows_of(session: Session, table: str) -> float:
-    """The table's row estimate from the catalog, cached per process for a minute."""
+    """Rows of the table one query reads, from the catalog's estimates, cached per process
+    for a minute: the table's own, or a partition's on average for a partitioned table (a
+    user's rows sit in one partition of episodic.turns, with its own HNSW index)."""
     now = time.monotonic()
     cached = _table_rows.get(table)
     if cached is not None and now - cached[1] < TABLE_SIZE_TTL_S:
         return cached[0]
     rows = session.execute(
-        text("SELECT reltuples FROM pg_class WHERE oid = CAST(:table AS regclass)"),
+        text(
+            "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
+            " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
+            " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf"
+        ),
         {"table": table},
     ).scalar()
     _table_rows[table] = (float(rows or 0), now)
@@ -80,12 +87,14 @@ def nearest(
     ef_search: int,
     exact: bool = False,
     size_where: str | None = None,
+    key: str = "id",
 ) -> dict[Any, float]:
     """id → cosine similarity of the `limit` rows of `table` nearest to `vector` among those
     matching `where`. `size_where`, a predicate an index answers alone that holds at least
     the rows `where` does, lets the plan be chosen by the user's size (module docstring);
     without it the planner chooses. `exact` disables the index for this transaction (the
-    ground truth ANN recall is measured against)."""
+    ground truth ANN recall is measured against). `key` names the column the rows stand for
+    (several rows may share one: each keeps its nearest row's similarity)."""
     order = "embedding <=> CAST(:vector AS vector)"
     walk = False
     if exact:
@@ -105,7 +114,7 @@ def nearest(
         )
     rows = session.execute(
         text(
-            "SELECT id, 1 - distance AS cosine FROM (SELECT id,"  # noqa: S608
+            f"SELECT id, 1 - distance AS cosine FROM (SELECT {key} AS id,"  # noqa: S608
             f" embedding <=> CAST(:vector AS vector) AS distance FROM {table}"
             f" WHERE {where} AND embedding IS NOT NULL"
             f" ORDER BY {order} LIMIT :limit) AS c"
@@ -117,4 +126,7 @@ def nearest(
         session.execute(text("SET LOCAL enable_indexscan = on"))
     elif walk:
         session.execute(text("SET LOCAL enable_sort = on"))
-    return {row.id: float(row.cosine) for row in rows}
+    found: dict[Any, float] = {}
+    for row in rows:
+        found.setdefault(row.id, float(row.cosine))
+    return found

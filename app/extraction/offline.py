@@ -35,6 +35,7 @@ from app.extraction.slots import subject_value
 from app.extraction.smalltalk import heard_words, is_echo
 from app.extraction.timeref import resolve_times
 from app.text.injection import SUSPECTED_INSTRUCTION, instruction_flags
+from app.text.passages import key_text
 
 _log = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class OfflineExtractor:
             subject=subject,
             value=value,
             metadata=metadata,
-            embed_text=draft.embed_text,
+            embed_text=key_text(draft.embed_text, draft.turn.speaker) if draft.embed_text else "",
         )
 
 

@@ -18,20 +18,18 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
-from app.extraction.sentences import flat_text
+from app.extraction.smalltalk import is_small_talk_sentence
 from app.keys import RedisKeys
 from app.layers.conceptual.repository import known_terms
 from app.layers.episodic import repository as episodic
 from app.layers.semantic.repository import max_similarity_per_vector, vector_literal
 from app.scoring.attention import Candidate, compete
 from app.scoring.salience import SalienceWeights, score_turn
-from app.text.tokens import count_tokens
+from app.text.passages import mean_direction, passages
 
 SALIENCE_STREAM_MAX_LEN = 1_000_000
-EMBED_CHARS = 2000  # the model reads 256 tokens; more text only costs tokenizer time
 SCORE_LIMIT = 5000
 PASSES = 4
-MIN_NOVEL_TOKENS = 6
 
 
 @dataclass
@@ -90,7 +88,8 @@ def _score_pass(
         )
         if not turns:
             return result
-        rows, winners = _score(session, settings, embedder, tenant_id, turns)
+        rows, winners, passage_rows = _score(session, settings, embedder, tenant_id, turns)
+        episodic.save_passages(session=session, rows=passage_rows)
         episodic.save_attention(session=session, rows=rows)
     result.scored = len(rows)
     result.consolidate = len(winners)
@@ -121,22 +120,40 @@ def _score(
     embedder: Embedder,
     tenant_id: str,
     turns: list,  # type: ignore[type-arg]
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+) -> tuple[list[dict[str, object]], list[dict[str, object]], list[dict[str, object]]]:
+    """(attention rows, the winners among them, the turns' passage rows)."""
     users = sorted({t.user_id for t in turns})
     known = known_terms(session=session, tenant_id=tenant_id, user_ids=users)
-    # Acknowledgements and small talk ("ok thanks") say nothing new: novelty 0, no embedding
-    # (the model is the pipeline's bottleneck, ~130 sentences/s per core here).
-    substantive = [t for t in turns if count_tokens(t.content) >= MIN_NOVEL_TOKENS]
-    vectors = embedder.embed([flat_text(t.content, EMBED_CHARS) for t in substantive])
+    # Acknowledgements and small talk ("ok thanks", "Wow, congrats Mel!") say nothing new:
+    # novelty 0, no embedding (the model is the pipeline's bottleneck, ~130 sentences/s per
+    # core here). A short statement ("I prefer aisle seats.") is embedded like any other.
+    keys = {
+        t.id: passages(t.content, t.speaker)
+        for t in turns
+        if not is_small_talk_sentence(" ".join(t.content.split()))
+    }
+    substantive = [t for t in turns if keys.get(t.id)]
+    texts = [keys[t.id] for t in substantive]
+    flat = embedder.embed([p for ps in texts for p in ps])
+    # A turn's passages are its dense retrieval keys (app/layers/episodic/search.py); their
+    # mean stands for the whole turn when novelty compares it with the user's memories.
+    keyed: list[list[Sequence[float]]] = []
+    start = 0
+    for ps in texts:
+        keyed.append(flat[start : start + len(ps)])
+        start += len(ps)
     found = max_similarity_per_vector(
         session=session,
         tenant_id=tenant_id,
         user_ids=[t.user_id for t in substantive],
-        vectors=vectors,
+        vectors=[mean_direction(vs) for vs in keyed],
     )
     by_id = {t.id: sim for t, sim in zip(substantive, found, strict=True)}
-    # The same vector is the turn's dense retrieval key (app/layers/episodic/search.py).
-    keys = {t.id: vector_literal(v) for t, v in zip(substantive, vectors, strict=True)}
+    passage_rows = [
+        {"turn_id": t.id, "user_id": t.user_id, "ordinal": n, "embedding": vector_literal(v)}
+        for t, vs in zip(substantive, keyed, strict=True)
+        for n, v in enumerate(vs)
+    ]
     similar = [by_id.get(t.id, 1.0) for t in turns]
     w = weights(settings)
     scores = {
@@ -167,8 +184,7 @@ def _score(
                 "novelty": score.novelty,
                 "salience": score.composite,
                 "attention": verdict.get(str(t.id), "keep"),
-                "embedding": keys.get(t.id),
             }
         )
     winners = [r for r in rows if r["attention"] == "consolidate"]
-    return rows, winners
+    return rows, winners, passage_rows

@@ -22,6 +22,7 @@ from app.config import Settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.layers.meta import maintenance
 from app.services.jobs import ALL_TENANTS, JobRun, drain, each_tenant, run_job
+from app.services.partitions import keep_day_partitions
 
 _log = logging.getLogger(__name__)
 
@@ -93,10 +94,12 @@ def _refresh(
 def prune_access_patterns(
     settings: Settings, now: datetime | None = None, *, batch: int = PRUNE_BATCH
 ) -> int:
-    """Delete access patterns older than `access_retention_days`, tenant by tenant, at most
-    `batch` rows per transaction; returns how many went in all."""
+    """Delete access patterns older than `access_retention_days`: whole day partitions past
+    the cutoff first (and partitions ahead made), then tenant by tenant, at most `batch` rows
+    per transaction; returns how many rows went one by one."""
     now = now or datetime.now(UTC)
     before = now - timedelta(days=settings.access_retention_days)
+    keep_day_partitions(settings, maintenance.ACCESS_PARTITIONS, keep_from=before, now=now)
 
     def prune(tenant_id: str, run: JobRun) -> None:
         run.detail["before"] = before.isoformat()

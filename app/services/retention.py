@@ -5,8 +5,9 @@
   facts, as the offline extractor classifies sentences — in the order they were said, within
   a bounded length; topics are the session's keyphrases. One UPDATE per batch of sessions.
 * Retention deletes raw events (episodic.events: typing, presence, sensors, tool runs,
-  unknown types) older than `event_retention_days`, in bounded batches. Turns are the
-  immutable trace and are never deleted.
+  unknown types) older than `event_retention_days`: first whole day partitions past the
+  cutoff (once, for every tenant; partitions ahead are made in the same step), then the
+  rest in bounded batches. Turns are the immutable trace and are never deleted.
 
 Both run tenant by tenant under `run_job`, each batch in its own transaction scoped to the
 tenant by row-level security; re-running either changes nothing.
@@ -32,6 +33,7 @@ from app.layers.episodic import retention as repository
 from app.layers.episodic.service import close_idle_sessions
 from app.layers.working.summary import first_sentence
 from app.services.jobs import JobRun, drain, each_tenant
+from app.services.partitions import keep_day_partitions
 from app.text.injection import instruction_flags
 
 _log = logging.getLogger(__name__)
@@ -191,6 +193,7 @@ def apply_event_retention(
     most `batch` per transaction; returns how many went. Turns are kept."""
     now = now or datetime.now(UTC)
     before = now - timedelta(days=settings.event_retention_days)
+    keep_day_partitions(settings, repository.EVENT_PARTITIONS, keep_from=before, now=now)
 
     def expire(tenant_id: str, run: JobRun) -> None:
         run.detail["before"] = before.isoformat()

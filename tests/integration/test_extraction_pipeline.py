@@ -245,7 +245,7 @@ def test_a_one_sentence_turn_costs_one_model_call_for_novelty_and_memory(
         ).one()
     assert content.startswith("Fay prefers aisle seats") and original == said
     vector = [float(x) for x in stored.strip("[]").split(",")]
-    expected = pipeline.cached.embed([said])[0]
+    expected = pipeline.cached.embed([f"Fay: {said}"])[0]  # the turn's key: speaker, sentence
     assert sum(a * b for a, b in zip(vector, expected, strict=True)) > 0.9999
 
 

@@ -10,12 +10,12 @@ import pytest
 import redis
 from sqlalchemy import Column, MetaData, String, Table, func, select
 
-from app.config import Settings
+from app.config import Settings, get_settings
 from app.db.models import TENANT_TABLES
 from app.db.session import owner_engine, unit_of_work
 from app.keys import RedisKeys
 from app.layers.conceptual.models import Association, Entity, Mention, Relation
-from app.layers.episodic.models import RawEvent, Session, Turn
+from app.layers.episodic.models import RawEvent, Session, Turn, TurnPassage
 from app.layers.meta.models import AccessPattern, Procedure
 from app.layers.semantic.models import ExtractionBatch, Memory, Replay
 from app.layers.working.models import WorkingSummary
@@ -48,6 +48,19 @@ def populate_sql(tenant: str, user: str) -> dict[str, int]:
             for n in range(3)
         ]
         db.add_all(turns)
+        db.flush()
+        db.add_all(
+            TurnPassage(
+                turn_id=turn.id,
+                tenant_id=tenant,
+                user_id=user,
+                ordinal=0,
+                channel=turn.channel,
+                occurred_at=turn.occurred_at,
+                embedding=[0.1] * get_settings().embedding_dim,
+            )
+            for turn in turns
+        )
         db.add(
             RawEvent(
                 id=uuid.uuid4(),

@@ -21,6 +21,7 @@ from app.layers.meta.repository import register_tenants
 from app.scoring.procedural import confidence
 from app.services import meta_refresh
 from app.services.jobs import ALL_TENANTS, run_job
+from app.services.partitions import PARTITIONS_JOB
 
 HOT = text("SELECT memory_id, recent_hits FROM meta.hot_memories WHERE user_id = :user")
 
@@ -259,9 +260,14 @@ def test_pruning_removes_only_old_patterns_one_tenant_at_a_time(
     their_old = {add_access(other_tenant, "alice", [], old) for _ in range(3)}
     their_young = {add_access(other_tenant, "alice", [], young)}
 
-    # Another worker holds the other tenant's pruning: this pass must not touch its rows.
-    with run_job(meta_refresh.PRUNE_JOB, other_tenant) as holder:
-        assert holder is not None
+    # Another worker holds the other tenant's pruning (and the partitions' upkeep, which
+    # would drop a day wholly past the cutoff for every tenant): this pass must not touch
+    # the other tenant's rows.
+    with (
+        run_job(meta_refresh.PRUNE_JOB, other_tenant) as holder,
+        run_job(PARTITIONS_JOB, ALL_TENANTS, scope="meta.access_patterns") as upkeep,
+    ):
+        assert holder is not None and upkeep is not None
         meta_refresh.prune_access_patterns(settings, now, batch=2)
 
     assert pattern_ids(tenant) == my_young

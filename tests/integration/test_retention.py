@@ -17,7 +17,8 @@ from app.extraction.base import SourceTurn
 from app.layers.episodic.service import close_idle_sessions
 from app.services import retention
 from app.services.ingest import IngestService
-from app.services.jobs import run_job
+from app.services.jobs import ALL_TENANTS, run_job
+from app.services.partitions import PARTITIONS_JOB
 from app.streams.consumer import StreamEntry
 from tasks.housekeeping import summarise_sessions
 
@@ -192,9 +193,14 @@ def test_old_raw_events_go_and_turns_stay(
     )
     assert counts(tenant) == (7, 4) and counts(other_tenant) == (4, 2)
 
-    # Another worker holds the other tenant's retention: this pass must not touch its rows.
-    with run_job(retention.RETENTION_JOB, other_tenant) as holder:
-        assert holder is not None
+    # Another worker holds the other tenant's retention (and the partitions' upkeep, which
+    # would drop a day wholly past the cutoff for every tenant): this pass must not touch
+    # the other tenant's rows.
+    with (
+        run_job(retention.RETENTION_JOB, other_tenant) as holder,
+        run_job(PARTITIONS_JOB, ALL_TENANTS, scope="episodic.events") as upkeep,
+    ):
+        assert holder is not None and upkeep is not None
         retention.apply_event_retention(settings, now, batch=2)
 
     assert counts(tenant) == (2, 4)

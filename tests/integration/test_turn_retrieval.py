@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.config import Settings
+from app.db.session import owner_engine
 from app.embedding.factory import get_embedder
 from app.services.attention import score_users
 from app.services.context import ContextRequest, assemble_context
@@ -50,16 +52,18 @@ def ranked_turns(result: Any) -> list[str]:
 def test_paraphrase_with_no_shared_word_finds_the_turn(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
+    # Alice says the even lines (each of her turns is keyed with her name).
     lines = [
-        (T0, "Good morning! The weather is lovely today."),
-        (T0 + timedelta(minutes=1), "I always prefer aisle seats on long flights."),
+        (T0, "I always prefer aisle seats on long flights."),
+        (T0 + timedelta(minutes=1), "Good morning! The weather is lovely today."),
         (T0 + timedelta(minutes=2), "My cousin is visiting from Lisbon next month."),
         (T0 + timedelta(minutes=3), "The quarterly report is due on Friday afternoon."),
+        (T0 + timedelta(minutes=4), "I walk to the office when it is not raining."),
     ]
     converse(settings, redis_client, embedder, tenant, "alice", lines)
     result = find(tenant, settings, embedder, user_id="alice", query="where does she like to sit?")
     assert result.unit == "turns"
-    assert ranked_turns(result)[0] == "alice-1", [(h.content, h.parts) for h in result.hits]
+    assert ranked_turns(result)[0] == "alice-0", [(h.content, h.parts) for h in result.hits]
     assert result.hits[0].layer == "turn" and "turn_dense" in result.hits[0].parts
 
 
@@ -180,3 +184,44 @@ def test_a_question_about_one_speaker_favours_that_speakers_turns(
     )
     ratio = result.hits[0].score / result.hits[1].score
     assert ratio > plain.hits[0].score / plain.hits[1].score
+
+
+def passages_of(settings: Settings, tenant: str, user: str) -> dict[str, list[int]]:
+    """external id → the ordinals of the turn's stored passages, read as the owner."""
+    with owner_engine(settings).connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.external_id, p.ordinal FROM episodic.turn_passages AS p"
+                " JOIN episodic.turns AS t ON t.id = p.turn_id AND t.user_id = p.user_id"
+                " WHERE p.tenant_id = :tenant AND p.user_id = :user ORDER BY 1, 2"
+            ),
+            {"tenant": tenant, "user": user},
+        )
+        found: dict[str, list[int]] = {}
+        for external_id, ordinal in rows:
+            found.setdefault(external_id, []).append(ordinal)
+        return found
+
+
+def test_one_sentence_of_a_long_message_is_found_by_its_own_passage(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    story = (
+        "Work ran late again and the printer jammed twice before lunch. My manager wants the"
+        " quarterly slides finished by Monday morning. Oh, and we finally adopted a tiny"
+        " kitten called Miso!"
+    )
+    lines = [
+        (T0, story),
+        (T0 + timedelta(minutes=1), "The office coffee machine broke down again this week."),
+        (T0 + timedelta(minutes=2), "Our team meeting moved to Thursday afternoon at three."),
+    ]
+    converse(settings, redis_client, embedder, tenant, "rosa", lines)
+    stored = passages_of(settings, tenant, "rosa")
+    assert stored == {"rosa-0": [0, 1, 2], "rosa-1": [0], "rosa-2": [0]}
+    whole = find(tenant, settings, embedder, user_id="rosa", query="Does she have a new pet?")
+    assert ranked_turns(whole)[0] == "rosa-0", [(h.content, h.parts) for h in whole.hits]
+    [[cosine]] = [[h.parts["turn_dense"]] for h in whole.hits if h.source_turn_ids == ["rosa-0"]]
+    # The kitten sentence alone is nearer the question than the whole message is.
+    question, message = embedder.embed(["Does she have a new pet?", f"Rosa: {story}"])
+    assert cosine > sum(a * b for a, b in zip(question, message, strict=True)) + 0.05

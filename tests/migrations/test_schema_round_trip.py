@@ -44,7 +44,7 @@ def _relations(url: str) -> dict[str, str]:
             text(
                 "SELECT n.nspname || '.' || c.relname, c.relkind FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = ANY(:schemas) AND c.relkind IN ('r', 'm', 'v')"
+                "WHERE n.nspname = ANY(:schemas) AND c.relkind IN ('r', 'p', 'm', 'v')"
             ),
             {"schemas": list(LAYER_SCHEMAS)},
         ).all()
@@ -58,7 +58,9 @@ def test_upgrade_from_empty_creates_every_layer_and_downgrade_removes_it(scratch
     assert _schemas(scratch_url) == set(LAYER_SCHEMAS)
     relations = _relations(scratch_url)
     for table in Base.metadata.tables.values():
-        assert relations.get(f"{table.schema}.{table.name}") == "r", table.fullname
+        # 'p': partitioned (the trace, raw events, access records), 'r' any other table.
+        kind = "p" if table.dialect_options["postgresql"]["partition_by"] else "r"
+        assert relations.get(f"{table.schema}.{table.name}") == kind, table.fullname
     assert relations["meta.hot_memories_mv"] == "m"
     assert relations["meta.hot_memories"] == "v"
 
@@ -93,11 +95,11 @@ def test_models_and_migrations_agree(scratch_url: str) -> None:
 
 
 def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    from app.db.schema_objects import is_hand_managed
+    from app.db.schema_objects import in_models
 
     if type_ == "table" and getattr(obj, "schema", None) not in LAYER_SCHEMAS:
         return False
-    return not (type_ == "table" and is_hand_managed(name, getattr(obj, "schema", None)))
+    return in_models(obj, name, type_)
 
 
 def test_hot_memories_view_has_the_unique_index_concurrent_refresh_needs(scratch_url: str) -> None:

@@ -21,6 +21,7 @@ from app.extraction.base import (
 from app.extraction.offline import OfflineExtractor
 from app.extraction.persons import resolve_persons, third_person
 from app.extraction.sentences import split_segments, split_sentences
+from app.text.passages import key_text
 
 MONDAY = datetime(2026, 3, 9, 9, 0, tzinfo=UTC)
 
@@ -98,10 +99,11 @@ def test_sample_conversation_gives_standalone_gems_with_exact_sources() -> None:
     answer = next(g for g in gems if "Twelve people" in g.content)
     assert answer.source_turn_ids == ["sample-002", "sample-001"]
     assert answer.content.startswith("How many people, and which dates is Alice considering?")
-    # A sentence gem is embedded from the sentence as said (its turn's novelty vector when the
-    # turn is that one sentence); an answer from its content, which carries the question.
-    assert embedding_text(goal) == goal.original == goal.embed_text
-    assert embedding_text(todo) == todo.original
+    # A sentence gem is embedded from the sentence as said, led by its speaker (the vector of
+    # the turn's passage that sentence is); an answer from its content, which carries the
+    # question.
+    assert embedding_text(goal) == goal.embed_text == key_text(goal.original, "Alice")
+    assert embedding_text(todo) == f"Alice: {todo.original}"
     assert answer.embed_text == "" and embedding_text(answer) == answer.content
     # Small talk and the assistant's echoes ("Noted: …", "Got it, …") give nothing.
     cited = {i for g in gems for i in g.source_turn_ids}

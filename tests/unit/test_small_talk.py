@@ -179,7 +179,7 @@ def test_a_turns_plain_facts_are_one_passage() -> None:
         "The cabin sits on a lake in Maine. The nearest town is forty minutes away. "
         "Alice's grandfather built it in 1962."
     )
-    assert gems[0].original == gems[0].embed_text == text
+    assert gems[0].original == text and gems[0].embed_text == f"Alice: {text}"
 
 
 # -- properties ------------------------------------------------------------------------------

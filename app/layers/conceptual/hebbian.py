@@ -65,7 +65,7 @@ WITH written AS (
            least(1.0, 1.0 - power(1.0 - :rate, p.n)), p.n, 'hebbian', p.at
     FROM unnest(CAST(:a AS uuid[]), CAST(:b AS uuid[]), CAST(:n AS int[]),
                 CAST(:at AS timestamptz[])) AS p(a, b, n, at)
-    ON CONFLICT (memory_a, memory_b) DO UPDATE SET
+    ON CONFLICT (memory_a, memory_b, tenant_id) DO UPDATE SET
         weight = least(1.0, greatest(e.weight,
             1.0 - (1.0 - e.weight) * power(1.0 - :rate, EXCLUDED.co_activations))),
         co_activations = least(CAST(e.co_activations AS bigint) + EXCLUDED.co_activations,

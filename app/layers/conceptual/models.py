@@ -9,10 +9,8 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Float,
-    ForeignKey,
     Index,
     Integer,
-    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -26,14 +24,17 @@ from app.db.base import (
     created_at_column,
     shared_column,
     tenant_column,
+    tenant_key,
+    tenant_reference,
     user_column,
-    uuid_pk,
+    uuid_id,
 )
 
 
 class Entity(Base):
     __tablename__ = "entities"
     __table_args__ = (
+        tenant_key("id"),
         UniqueConstraint("tenant_id", "user_id", "canonical_name"),
         Index(
             "ix_entities_name_trgm",
@@ -44,7 +45,7 @@ class Entity(Base):
         {"schema": "conceptual"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     name: Mapped[str] = mapped_column(Text, nullable=False)
@@ -58,31 +59,28 @@ class Entity(Base):
 class Relation(Base):
     __tablename__ = "relations"
     __table_args__ = (
+        tenant_key("id"),
         UniqueConstraint("tenant_id", "source_entity_id", "target_entity_id", "relation_type"),
+        tenant_reference("source_entity_id", "conceptual.entities", "CASCADE"),
+        tenant_reference("target_entity_id", "conceptual.entities", "CASCADE"),
+        tenant_reference("memory_id", "semantic.memories", "SET NULL"),
+        tenant_reference("turn_id", "episodic.turns", "SET NULL", user=True),
         Index("ix_relations_target_entity_id", "target_entity_id"),
         {"schema": "conceptual"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     agent_id: Mapped[str | None] = agent_column()
     shared: Mapped[bool] = shared_column()
-    source_entity_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
-    )
-    target_entity_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
-    )
+    source_entity_id: Mapped[uuid.UUID] = mapped_column(nullable=False)
+    target_entity_id: Mapped[uuid.UUID] = mapped_column(nullable=False)
     relation_type: Mapped[str] = mapped_column(String(64), nullable=False)
     weight: Mapped[float] = mapped_column(Float, nullable=False, server_default="1")
     mention_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
-    memory_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("semantic.memories.id", ondelete="SET NULL")
-    )
-    turn_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("episodic.turns.id", ondelete="SET NULL")
-    )
+    memory_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     valid_from: Mapped[datetime] = created_at_column()
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = created_at_column()
@@ -91,24 +89,22 @@ class Relation(Base):
 class Mention(Base):
     __tablename__ = "mentions"
     __table_args__ = (
-        UniqueConstraint("entity_id", "memory_id"),
+        tenant_key("id"),
+        UniqueConstraint("entity_id", "memory_id", "tenant_id"),
+        tenant_reference("entity_id", "conceptual.entities", "CASCADE"),
+        tenant_reference("memory_id", "semantic.memories", "CASCADE"),
+        tenant_reference("turn_id", "episodic.turns", "CASCADE", user=True),
         Index("ix_mentions_memory_id", "memory_id"),
         Index("ix_mentions_turn_id", "turn_id"),
         {"schema": "conceptual"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
-    entity_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("conceptual.entities.id", ondelete="CASCADE"), nullable=False
-    )
-    memory_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("semantic.memories.id", ondelete="CASCADE")
-    )
-    turn_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("episodic.turns.id", ondelete="CASCADE")
-    )
+    entity_id: Mapped[uuid.UUID] = mapped_column(nullable=False)
+    memory_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     surface: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = created_at_column()
 
@@ -124,7 +120,7 @@ class Association(Base):
 
     __tablename__ = "associations"
     __table_args__ = (
-        PrimaryKeyConstraint("memory_a", "memory_b"),
+        tenant_key("memory_a", "memory_b"),
         CheckConstraint("memory_a < memory_b", name="ordered_pair"),
         CheckConstraint("weight >= 0 AND weight <= 1", name="weight_unit"),
         Index("ix_associations_memory_b", "memory_b"),

@@ -41,7 +41,7 @@ _INSERT_MENTIONS = text(
     " r.turn_id, r.surface"
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(tenant_id text, user_id text,"
     " entity_id uuid, memory_id uuid, turn_id uuid, surface text)"
-    " ON CONFLICT (entity_id, memory_id) DO NOTHING"
+    " ON CONFLICT (entity_id, memory_id, tenant_id) DO NOTHING"
 )
 
 

@@ -89,7 +89,8 @@ INSERT INTO conceptual.associations AS e (tenant_id, user_id, memory_a, memory_b
 SELECT tenant_id, user_id, LEAST(other, CAST(:new AS uuid)), GREATEST(other, CAST(:new AS uuid)),
        weight, co_activations, origin, last_activated_at, created_at
 FROM old WHERE other <> CAST(:new AS uuid)
-ON CONFLICT (memory_a, memory_b) DO UPDATE SET weight = GREATEST(e.weight, EXCLUDED.weight),
+ON CONFLICT (memory_a, memory_b, tenant_id) DO UPDATE SET
+    weight = GREATEST(e.weight, EXCLUDED.weight),
     co_activations = GREATEST(e.co_activations, EXCLUDED.co_activations),
     last_activated_at = GREATEST(e.last_activated_at, EXCLUDED.last_activated_at)
 """

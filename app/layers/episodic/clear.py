@@ -78,7 +78,8 @@ def delete_turns(*, session: Session, user_id: str, turn_ids: Sequence[uuid.UUID
         session.execute(
             text(
                 "DELETE FROM episodic.sessions AS s WHERE s.id = ANY(CAST(:ids AS uuid[]))"
-                " AND NOT EXISTS (SELECT 1 FROM episodic.turns AS t WHERE t.session_id = s.id)"
+                " AND NOT EXISTS (SELECT 1 FROM episodic.turns AS t"
+                " WHERE t.user_id = s.user_id AND t.session_id = s.id)"
             ),
             {"ids": [row.id for row in counted]},
         )

@@ -11,9 +11,11 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Float,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
+    PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Text,
     UniqueConstraint,
@@ -24,7 +26,20 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, agent_column, created_at_column, tenant_column, user_column, uuid_pk
+from app.db.base import (
+    Base,
+    agent_column,
+    created_at_column,
+    tenant_column,
+    tenant_key,
+    tenant_reference,
+    user_column,
+    uuid_id,
+)
+
+# The trace's partitions (hash of tenant and user): one user's reads touch one of them. The
+# count is fixed by the tenant_keys_and_partitions migration.
+TURN_PARTITIONS = 16
 
 
 class Session(Base):
@@ -32,6 +47,7 @@ class Session(Base):
 
     __tablename__ = "sessions"
     __table_args__ = (
+        tenant_key("id"),
         Index("ix_sessions_tenant_user_last_turn", "tenant_id", "user_id", "last_turn_at"),
         Index("ix_sessions_topics", "topics", postgresql_using="gin"),
         Index(
@@ -43,7 +59,7 @@ class Session(Base):
         {"schema": "episodic"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
@@ -61,24 +77,22 @@ class Session(Base):
 
 
 class Turn(Base):
-    """One message as the producer sent it; `id` is the event id, so re-delivery is a no-op."""
+    """One message as the producer sent it; `id` is the event id, so re-delivery is a no-op.
+
+    Partitioned by HASH (tenant_id, user_id) into TURN_PARTITIONS tables; every index below
+    is one per partition (the HNSW graph included), and a read that names the user (under
+    the tenant's row-level security) reads one partition."""
 
     __tablename__ = "turns"
     __table_args__ = (
+        PrimaryKeyConstraint("id", "tenant_id", "user_id"),
         UniqueConstraint("tenant_id", "user_id", "external_id"),
+        tenant_reference("session_id", "episodic.sessions", "CASCADE"),
         Index("ix_turns_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
         Index("ix_turns_session_occurred", "session_id", "occurred_at"),
         # One user's rows matching the words, straight from the index (btree_gin keys the
         # user columns): read through episodic.match_turns(), see the recall migration.
         Index("ix_turns_search_tsv", "tenant_id", "user_id", "search_tsv", postgresql_using="gin"),
-        Index(
-            "ix_turns_embedding_hnsw",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_with={"m": 16, "ef_construction": 64},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
-            postgresql_where=text("embedding IS NOT NULL"),
-        ),
         Index("ix_turns_topics", "topics", postgresql_using="gin"),
         Index(
             "ix_turns_unextracted",
@@ -99,17 +113,15 @@ class Turn(Base):
             "extraction_batch_id",
             postgresql_where=text("extraction_batch_id IS NOT NULL"),
         ),
-        {"schema": "episodic"},
+        {"schema": "episodic", "postgresql_partition_by": "HASH (tenant_id, user_id)"},
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     # Provenance only: turns are the shared archive every agent of the user reads.
     agent_id: Mapped[str | None] = agent_column()
-    session_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("episodic.sessions.id", ondelete="CASCADE"), nullable=False
-    )
+    session_id: Mapped[uuid.UUID] = mapped_column(nullable=False)
     external_id: Mapped[str] = mapped_column(String(256), nullable=False)
     role: Mapped[str] = mapped_column(String(32), nullable=False)
     speaker: Mapped[str | None] = mapped_column(String(128))
@@ -136,24 +148,27 @@ class Turn(Base):
     attention: Mapped[str | None] = mapped_column(String(16))
     # The extraction batch that claimed this turn: set once, so a turn is extracted once.
     extraction_batch_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
-    # Retrieval keys: the turn's own vector (set with its attention scores; none for turns too
-    # short to say anything) and its words with the speaker's name, kept by a trigger
-    # (episodic.turns_search_tsv) on insert and on content or speaker changes.
-    embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
+    # Retrieval keys: its words with the speaker's name, kept by a trigger
+    # (episodic.turns_search_tsv) on insert and on content or speaker changes; its vectors are
+    # its passages (TurnPassage), set with its attention scores.
     search_tsv: Mapped[Any | None] = mapped_column(TSVECTOR)
 
 
 class RawEvent(Base):
-    """Every non-turn event (typing, channel switch, sensor, presence, tool run, unknown)."""
+    """Every non-turn event (typing, channel switch, sensor, presence, tool run, unknown).
+
+    Partitioned by RANGE (occurred_at), a partition per UTC day and a default one; retention
+    drops whole days (app/db/partitions.py)."""
 
     __tablename__ = "events"
     __table_args__ = (
+        PrimaryKeyConstraint("id", "tenant_id", "occurred_at"),
         Index("ix_events_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
         Index("ix_events_type_occurred", "type", "occurred_at"),
-        {"schema": "episodic"},
+        {"schema": "episodic", "postgresql_partition_by": "RANGE (occurred_at)"},
     )
 
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     type: Mapped[str] = mapped_column(String(64), nullable=False)
@@ -165,3 +180,37 @@ class RawEvent(Base):
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
     stream_entry_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class TurnPassage(Base):
+    """A turn's dense retrieval key: one sentence (or the whole turn) led by the speaker's
+    name, embedded (app/text/passages.py). Partitioned like the trace, beside its turn."""
+
+    __tablename__ = "turn_passages"
+    __table_args__ = (
+        PrimaryKeyConstraint("turn_id", "ordinal", "tenant_id", "user_id"),
+        ForeignKeyConstraint(
+            ["turn_id", "tenant_id", "user_id"],
+            ["episodic.turns.id", "episodic.turns.tenant_id", "episodic.turns.user_id"],
+            ondelete="CASCADE",
+            name="fk_turn_passages_turn",
+        ),
+        Index("ix_turn_passages_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
+        Index(
+            "ix_turn_passages_embedding_hnsw",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_with={"m": 16, "ef_construction": 64},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+        {"schema": "episodic", "postgresql_partition_by": "HASH (tenant_id, user_id)"},
+    )
+
+    turn_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
+    tenant_id: Mapped[str] = tenant_column()
+    user_id: Mapped[str] = user_column()
+    ordinal: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    # The turn's, copied (turns never change): time- and channel-bound searches need no join.
+    channel: Mapped[str] = mapped_column(String(128), nullable=False)
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(get_settings().embedding_dim), nullable=False)

@@ -78,7 +78,7 @@ def upsert_sessions(*, session: DbSession, tenant_id: str, spans: Sequence[Sessi
     )
     table = Session.__table__
     stmt = stmt.on_conflict_do_update(
-        index_elements=[table.c.id],
+        index_elements=[table.c.id, table.c.tenant_id],
         set_={
             "started_at": func.least(table.c.started_at, stmt.excluded.started_at),
             "last_turn_at": func.greatest(table.c.last_turn_at, stmt.excluded.last_turn_at),
@@ -225,20 +225,39 @@ def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime)
 _SAVE_ATTENTION = text(
     "UPDATE episodic.turns AS t SET emotional_intensity = r.emotional_intensity,"
     " connection_relevance = r.connection_relevance, novelty = r.novelty,"
-    " salience = r.salience, attention = r.attention,"
-    " embedding = coalesce(CAST(r.embedding AS vector), t.embedding)"
+    " salience = r.salience, attention = r.attention"
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, emotional_intensity float8,"
     " connection_relevance float8, novelty float8, salience float8, attention text,"
-    " embedding text)"
-    " WHERE t.id = r.id"
+    " user_id text)"
+    " WHERE t.id = r.id AND t.user_id = r.user_id"
+)
+
+# The turn's time and channel travel with each passage (turns never change), so a time- or
+# channel-bound dense search filters passages alone.
+_SAVE_PASSAGES = text(
+    "INSERT INTO episodic.turn_passages (turn_id, tenant_id, user_id, ordinal, channel,"
+    " occurred_at, embedding)"
+    " SELECT t.id, t.tenant_id, t.user_id, r.ordinal, t.channel, t.occurred_at,"
+    " CAST(r.embedding AS vector)"
+    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(turn_id uuid, user_id text,"
+    " ordinal int, embedding text)"
+    " JOIN episodic.turns AS t ON t.id = r.turn_id AND t.user_id = r.user_id"
+    " ON CONFLICT DO NOTHING"
 )
 
 
 def save_attention(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Store salience parts, the attention outcome and the turn's vector (`embedding`, a
-    vector literal, or None for a turn too short to embed) of scored turns (one statement)."""
+    """Store salience parts and the attention outcome of scored turns (one statement).
+    Each row names its turn's `user_id`, so each update reads one partition of the trace."""
     if rows:
         session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows)})
+
+
+def save_passages(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
+    """Store turns' dense keys: rows of turn_id, user_id, ordinal and embedding (a vector
+    literal); one statement, and a passage stored before is left as it was."""
+    if rows:
+        session.execute(_SAVE_PASSAGES, {"rows": _rows_json(rows)})
 
 
 def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
@@ -328,9 +347,10 @@ def claim_turns(
     rows = session.execute(
         text(
             "UPDATE episodic.turns SET extraction_batch_id = :batch"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) AND extraction_batch_id IS NULL RETURNING id"
+            " WHERE tenant_id = :tenant AND user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+            " AND extraction_batch_id IS NULL RETURNING id"
         ),
-        {"batch": batch_id, "ids": picked},
+        {"batch": batch_id, "ids": picked, "tenant": tenant_id, "user": user_id},
     )
     return [r[0] for r in rows]
 
@@ -367,15 +387,18 @@ def unscored_counts(
 
 
 def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
-    """The turns of an extraction batch, oldest first, with their salience parts."""
+    """The turns of an extraction batch, oldest first, with their salience parts (read in
+    the partition of the batch's user)."""
     return list(
         session.execute(
             text(
-                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
-                " occurred_at, coalesce(emotional_intensity, 0) AS emotional_intensity,"
-                " coalesce(salience, 0) AS salience, agent_id"
-                " FROM episodic.turns WHERE extraction_batch_id = :batch"
-                " ORDER BY occurred_at, id"
+                "SELECT t.id, t.user_id, t.session_id, t.external_id, t.role, t.speaker,"
+                " t.content, t.channel, t.occurred_at,"
+                " coalesce(t.emotional_intensity, 0) AS emotional_intensity,"
+                " coalesce(t.salience, 0) AS salience, t.agent_id"
+                " FROM episodic.turns AS t WHERE t.extraction_batch_id = :batch"
+                " AND t.user_id = (SELECT b.user_id FROM semantic.extraction_batches AS b"
+                " WHERE b.id = :batch) ORDER BY t.occurred_at, t.id"
             ),
             {"batch": batch_id},
         )
@@ -406,7 +429,7 @@ def lock_unscored(
     return list(
         session.execute(
             text(
-                "SELECT id, user_id, content, occurred_at FROM episodic.turns"
+                "SELECT id, user_id, speaker, content, occurred_at FROM episodic.turns"
                 " WHERE tenant_id = :tenant AND user_id = ANY(:users) AND salience IS NULL"
                 " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
             ),

@@ -16,6 +16,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db.partitions import DailyPartitions
+
+# Raw events are partitioned by the day they occurred on: whole days past the retention
+# window go with their partition (app/services/partitions.py), the rest row by row below.
+EVENT_PARTITIONS = DailyPartitions("episodic.events", "occurred_at")
+
 _UNSUMMARISED = text(
     "SELECT id FROM episodic.sessions WHERE tenant_id = :tenant AND closed_at IS NOT NULL"
     " AND summary IS NULL AND (CAST(:after AS uuid) IS NULL OR id > :after)"

@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 from app.db.fulltext import FulltextScope, bm25_candidates
 from app.db.nearest import nearest
 
+PASSAGE_ROWS_PER_TURN = 2
+
 
 @dataclass(frozen=True)
 class TurnFilter:
@@ -77,20 +79,23 @@ def dense_candidates(
     limit: int,
     ef_search: int,
 ) -> dict[uuid.UUID, float]:
-    """turn id → cosine similarity of the `limit` nearest turns of the user in the filter
-    (iterative HNSW scan, so the user filter does not leave the answer short)."""
+    """turn id → cosine similarity of its nearest passage (app/text/passages.py), for the
+    `limit` nearest turns of the user in the filter (iterative HNSW scan, so the user filter
+    does not leave the answer short). Passages carry their turn's time and channel."""
     where, params = turn_filter.clause()
-    # Without a channel the filter is (tenant, user, occurred_at): its index sizes the user.
-    return nearest(
+    # A turn has a few passages: enough rows that `limit` distinct turns come back.
+    found = nearest(
         session,
-        "episodic.turns",
+        "episodic.turn_passages",
         where,
         params,
         vector,
-        limit=limit,
+        limit=limit * PASSAGE_ROWS_PER_TURN,
         ef_search=ef_search,
         size_where=where if turn_filter.channel is None else None,
+        key="turn_id",
     )
+    return dict(list(found.items())[:limit])
 
 
 # The index-backed match under the tenant's scope (see the recall migration for why).
@@ -109,15 +114,14 @@ _TURN_FIELDS = (
 def speakers_of(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
     """turn id → speaker, for the turns that name one (a light read of every fused turn).
 
-    Reads by id go through the primary key with the user checked after (OFFSET 0): ANDed
-    into the scan, the planner intersects the key with all of a big user's index entries."""
+    Reads by id name the user: the trace is partitioned by user, and the primary key
+    (id, tenant_id, user_id) finds each turn in the user's partition alone."""
     if not ids:
         return {}
     rows = session.execute(
         text(
-            "SELECT id, speaker FROM (SELECT id, user_id, speaker FROM episodic.turns"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS t"
-            " WHERE user_id = :user AND speaker IS NOT NULL"
+            "SELECT id, speaker FROM episodic.turns WHERE user_id = :user"
+            " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
@@ -129,8 +133,8 @@ def turns_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dic
         return {}
     rows = session.execute(
         text(
-            f"SELECT * FROM (SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
-            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS t WHERE user_id = :user"
+            f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
+            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
         ),
         {"user": user_id, "ids": list(ids)},
     ).all()
@@ -147,9 +151,8 @@ def turn_window(
     return list(
         session.execute(
             text(
-                "WITH src AS (SELECT id, session_id, occurred_at FROM (SELECT id, user_id,"  # noqa: S608
-                "  session_id, occurred_at FROM episodic.turns"
-                "  WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS s WHERE user_id = :user),"
+                "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
+                "  WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))),"
                 " around AS ("
                 "  SELECT b.id FROM src CROSS JOIN LATERAL (SELECT t.id FROM episodic.turns AS t"
                 "   WHERE t.session_id = src.session_id AND t.user_id = :user"
@@ -161,7 +164,7 @@ def turn_window(
                 "   ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
                 "  UNION SELECT id FROM src)"
                 f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
-                " FROM episodic.turns WHERE id IN (SELECT id FROM around)"
+                " FROM episodic.turns WHERE user_id = :user AND id IN (SELECT id FROM around)"
                 " ORDER BY occurred_at, id"
             ),
             {"user": user_id, "ids": list(turn_ids), "n": around},

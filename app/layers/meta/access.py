@@ -18,7 +18,7 @@ _INSERT_PATTERNS = text(
     " CAST(extract(hour FROM r.at AT TIME ZONE 'UTC') AS smallint), r.at"
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, channel text, query text,"
     " query_hash text, hit_ids uuid[], scores float8[], at timestamptz)"
-    " ON CONFLICT (id) DO NOTHING RETURNING id"
+    " ON CONFLICT (id, tenant_id, created_at) DO NOTHING RETURNING id"
 )
 
 

@@ -13,7 +13,12 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db.partitions import DailyPartitions
 from app.layers.meta.procedures import confidence_sql
+
+# Access records are partitioned by the day they were recorded: whole days past the retention
+# window go with their partition (app/services/partitions.py), the rest row by row below.
+ACCESS_PARTITIONS = DailyPartitions("meta.access_patterns", "created_at")
 
 _IS_POPULATED = text(
     "SELECT c.relispopulated FROM pg_class AS c WHERE c.oid = to_regclass('meta.hot_memories_mv')"

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -23,7 +24,15 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.config import get_settings
-from app.db.base import Base, created_at_column, tenant_column, user_column, uuid_pk
+from app.db.base import (
+    Base,
+    created_at_column,
+    tenant_column,
+    tenant_key,
+    user_column,
+    uuid_id,
+    uuid_pk,
+)
 
 
 class Tenant(Base):
@@ -66,12 +75,13 @@ class JobRun(Base):
 
     __tablename__ = "job_runs"
     __table_args__ = (
+        tenant_key("id"),
         Index("ix_job_runs_job_started", "job", "started_at"),
         Index("ix_job_runs_tenant_started", "tenant_id", "started_at"),
         {"schema": "meta"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     job: Mapped[str] = mapped_column(String(64), nullable=False)
     scope: Mapped[str] = mapped_column(String(256), nullable=False, server_default="")
@@ -88,8 +98,12 @@ class JobRun(Base):
 
 
 class AccessPattern(Base):
+    """One recorded search. Partitioned by RANGE (created_at), a partition per UTC day and a
+    default one; pruning drops whole days (app/db/partitions.py)."""
+
     __tablename__ = "access_patterns"
     __table_args__ = (
+        PrimaryKeyConstraint("id", "tenant_id", "created_at"),
         Index(
             "ix_access_patterns_tenant_user_channel_created",
             "tenant_id",
@@ -98,10 +112,10 @@ class AccessPattern(Base):
             "created_at",
         ),
         Index("ix_access_patterns_created_at", "created_at"),
-        {"schema": "meta"},
+        {"schema": "meta", "postgresql_partition_by": "RANGE (created_at)"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     channel: Mapped[str | None] = mapped_column(String(128))
@@ -122,6 +136,7 @@ class Procedure(Base):
 
     __tablename__ = "procedures"
     __table_args__ = (
+        tenant_key("id"),
         UniqueConstraint("tenant_id", "user_id", "pattern_hash", "sequence_hash"),
         Index(
             "ix_procedures_query_embedding_hnsw",
@@ -133,7 +148,7 @@ class Procedure(Base):
         {"schema": "meta"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     query_pattern: Mapped[str] = mapped_column(Text, nullable=False)

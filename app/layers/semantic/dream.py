@@ -104,7 +104,7 @@ hit AS MATERIALIZED (
 ),
 tu AS MATERIALIZED (
     SELECT tu.id, tu.user_id, tu.extraction_batch_id FROM episodic.turns AS tu
-    WHERE tu.id = ANY(:turns) AND tu.tenant_id = :tenant
+    WHERE tu.id = ANY(:turns) AND tu.tenant_id = :tenant AND tu.user_id = :user
 ),
 b AS MATERIALIZED (
     SELECT b.id, b.state FROM semantic.extraction_batches AS b
@@ -194,7 +194,7 @@ receipt AS (
     INSERT INTO semantic.replays (tenant_id, user_id, cycle_id, memory_id, priority, replayed_at)
     SELECT :tenant, :user, :cycle, r.memory_id, r.priority, :at
     FROM r JOIN live ON live.id = r.memory_id
-    ON CONFLICT (cycle_id, memory_id) DO NOTHING
+    ON CONFLICT (cycle_id, memory_id, tenant_id) DO NOTHING
     RETURNING memory_id
 )
 UPDATE semantic.memories AS m SET
@@ -398,7 +398,7 @@ SELECT :tenant, :user, p.a, p.b, LEAST(1.0, :rate), 1, p.origin, :at
 FROM pairs AS p
 JOIN live AS la ON la.id = p.a
 JOIN live AS lb ON lb.id = p.b
-ON CONFLICT (memory_a, memory_b) DO UPDATE SET
+ON CONFLICT (memory_a, memory_b, tenant_id) DO UPDATE SET
     weight = LEAST(1.0, GREATEST(e.weight, e.weight + :rate * (1.0 - e.weight))),
     co_activations = LEAST(CAST(e.co_activations AS bigint) + 1, 2147483647),
     last_activated_at = GREATEST(e.last_activated_at, EXCLUDED.last_activated_at)
@@ -525,7 +525,7 @@ INSERT INTO conceptual.associations AS e
 SELECT :tenant, :user, LEAST(c.id, c.member_id), GREATEST(c.id, c.member_id), :weight, 0,
        'member', :at
 FROM c
-ON CONFLICT (memory_a, memory_b) DO NOTHING
+ON CONFLICT (memory_a, memory_b, tenant_id) DO NOTHING
 """
 )
 
@@ -540,7 +540,7 @@ FROM (
       ON mn.memory_id = ANY(r.member_ids) AND mn.tenant_id = :tenant AND mn.user_id = :user
     ORDER BY r.id, mn.entity_id, mn.surface
 ) AS x
-ON CONFLICT (entity_id, memory_id) DO NOTHING
+ON CONFLICT (entity_id, memory_id, tenant_id) DO NOTHING
 """
 )
 
@@ -715,7 +715,7 @@ INSERT INTO conceptual.associations AS e
 SELECT :tenant, :user, p.a, p.b, :weight, 0, 'community', :at
 FROM p JOIN live AS la ON la.id = p.a JOIN live AS lb ON lb.id = p.b
 ORDER BY p.a, p.b
-ON CONFLICT (memory_a, memory_b) DO NOTHING
+ON CONFLICT (memory_a, memory_b, tenant_id) DO NOTHING
 RETURNING memory_a, memory_b
 """
 ).bindparams(bindparam("ids", type_=_IDS))

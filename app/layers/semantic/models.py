@@ -11,10 +11,8 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Float,
-    ForeignKey,
     Index,
     Integer,
-    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -31,8 +29,10 @@ from app.db.base import (
     created_at_column,
     shared_column,
     tenant_column,
+    tenant_key,
+    tenant_reference,
     user_column,
-    uuid_pk,
+    uuid_id,
 )
 
 MEMORY_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event", "consolidated")
@@ -41,6 +41,9 @@ MEMORY_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event
 class Memory(Base):
     __tablename__ = "memories"
     __table_args__ = (
+        tenant_key("id"),
+        tenant_reference("superseded_by", "semantic.memories", "SET NULL"),
+        tenant_reference("session_id", "episodic.sessions", "SET NULL"),
         UniqueConstraint("tenant_id", "user_id", "content_hash"),
         CheckConstraint(
             "kind IN (" + ", ".join(f"'{k}'" for k in MEMORY_KINDS) + ")", name="kind_known"
@@ -88,7 +91,7 @@ class Memory(Base):
         {"schema": "semantic"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     agent_id: Mapped[str | None] = agent_column()
@@ -112,13 +115,9 @@ class Memory(Base):
     occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     valid_from: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    superseded_by: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("semantic.memories.id", ondelete="SET NULL")
-    )
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    session_id: Mapped[uuid.UUID | None] = mapped_column(
-        ForeignKey("episodic.sessions.id", ondelete="SET NULL")
-    )
+    session_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     source_turn_ids: Mapped[list[uuid.UUID]] = mapped_column(
         ARRAY(Uuid), nullable=False, server_default=text("'{}'")
     )
@@ -154,7 +153,8 @@ class Replay(Base):
 
     __tablename__ = "replays"
     __table_args__ = (
-        PrimaryKeyConstraint("cycle_id", "memory_id"),
+        tenant_key("cycle_id", "memory_id"),
+        tenant_reference("memory_id", "semantic.memories", "CASCADE"),
         Index("ix_replays_tenant_user_replayed", "tenant_id", "user_id", "replayed_at"),
         {"schema": "semantic"},
     )
@@ -162,9 +162,7 @@ class Replay(Base):
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     cycle_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    memory_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("semantic.memories.id", ondelete="CASCADE")
-    )
+    memory_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     priority: Mapped[float] = mapped_column(Float, nullable=False, server_default="0")
     replayed_at: Mapped[datetime] = created_at_column()
 
@@ -184,12 +182,13 @@ class ExtractionBatch(Base):
         CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in BATCH_STATES) + ")", name="state_known"
         ),
+        tenant_key("id"),
         Index("ix_extraction_batches_state_updated", "state", "updated_at"),
         Index("ix_extraction_batches_tenant_user", "tenant_id", "user_id"),
         {"schema": "semantic"},
     )
 
-    id: Mapped[uuid.UUID] = uuid_pk()
+    id: Mapped[uuid.UUID] = uuid_id()
     tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str] = user_column()
     trigger: Mapped[str] = mapped_column(String(32), nullable=False)

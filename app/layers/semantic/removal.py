@@ -62,7 +62,7 @@ def citing_memories(*, session: Session, user_id: str, turn_ids: Sequence[uuid.U
                 " ARRAY(SELECT s FROM unnest(m.source_turn_ids) WITH ORDINALITY AS u(s, n)"
                 "  WHERE NOT (s = ANY(CAST(:turns AS uuid[]))) ORDER BY n) AS kept,"
                 " (SELECT t.session_id FROM unnest(m.source_turn_ids) WITH ORDINALITY AS u(s, n)"
-                "  JOIN episodic.turns AS t ON t.id = u.s"
+                "  JOIN episodic.turns AS t ON t.id = u.s AND t.user_id = m.user_id"
                 "  WHERE NOT (u.s = ANY(CAST(:turns AS uuid[]))) ORDER BY u.n LIMIT 1)"
                 "  AS kept_session"
                 " FROM semantic.memories AS m WHERE m.user_id = :user"

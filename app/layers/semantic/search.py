@@ -189,11 +189,14 @@ MEMORY_FIELDS = (
     " m.source_turn_ids, m.original, m.metadata, m.created_at, m.agent_id, m.shared"
 )
 
-# The memory's source turns (ids and the producers' external ids), in the memory's order.
+# The memory's source turns (ids and the producers' external ids), in the memory's order:
+# its user's own turns, read in that user's partition of the trace.
 SOURCE_TURNS = (
-    "ARRAY(SELECT t.external_id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
+    "ARRAY(SELECT t.external_id FROM episodic.turns AS t WHERE t.user_id = m.user_id"
+    " AND t.id = ANY(m.source_turn_ids)"
     " ORDER BY array_position(m.source_turn_ids, t.id)) AS source_external_ids,"
-    " ARRAY(SELECT t.id FROM episodic.turns AS t WHERE t.id = ANY(m.source_turn_ids)"
+    " ARRAY(SELECT t.id FROM episodic.turns AS t WHERE t.user_id = m.user_id"
+    " AND t.id = ANY(m.source_turn_ids)"
     " ORDER BY array_position(m.source_turn_ids, t.id)) AS source_ids"
 )
 
