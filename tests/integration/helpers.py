@@ -31,3 +31,18 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60, every: float = 
             return True
         time.sleep(every)
     return predicate()
+
+
+def ingest_consumer(client: Any, settings: Any, name: str = "c1") -> Any:
+    """A real stream consumer storing turns through the ingest service, its groups made."""
+    from app.services.ingest import IngestService
+    from app.streams.consumer import StreamConsumer
+
+    consumer = StreamConsumer(
+        client=client,
+        settings=settings,
+        handler=IngestService(client=client, settings=settings),
+        name=name,
+    )
+    consumer.ensure_groups()
+    return consumer

@@ -23,6 +23,7 @@ from app.services.attention import score_users
 from app.services.ingest import IngestService
 from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
+from tests.integration.helpers import ingest_consumer
 
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 
@@ -44,13 +45,7 @@ def say(tenant: str, user: str, n: int, content: str, role: str = "user") -> dic
 @pytest.fixture
 def pipeline(settings: Settings, redis_client):  # type: ignore[no-untyped-def]
     """Ingest events in process and return helpers to score, trigger and run batches."""
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="test",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings, name="test")
     embedder = get_embedder(settings, redis_client)
     extractor = get_extractor(settings)
 

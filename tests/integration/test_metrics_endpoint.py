@@ -17,14 +17,13 @@ from pydantic import SecretStr
 from app.config import Settings
 from app.keys import RedisKeys, partition_of
 from app.metrics import DeploymentCollector
-from app.services.ingest import IngestService
 from app.services.jobs import run_job
 from app.services.status import stream_status
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
 from tests.integration.api_server import serve
-from tests.integration.helpers import turn
+from tests.integration.helpers import ingest_consumer, turn
 from tests.unit.test_compose_in_step import dashboard_metrics
 
 TOKEN = "metrics-" + uuid.uuid4().hex
@@ -109,13 +108,7 @@ def test_backlog_dead_letters_and_job_runs(
     before = scrape(api)
     producer = EventProducer(redis_client, settings)
     producer.send_many([turn(tenant, "bo", n) for n in range(4)])
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="metrics-test",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings, name="metrics-test")
     assert consumer.step(block_ms=None) == 4  # stored in L2, nobody scores them
     redis_client.xadd(RedisKeys.from_settings(settings).dead_letters(), {"error": "poison"})
     job = f"metrics-test-{uuid.uuid4().hex[:6]}"

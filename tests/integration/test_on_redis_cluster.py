@@ -23,7 +23,7 @@ from app.redis_client import get_redis, resolve_redis_url
 from app.services.forget import forget_user
 from app.streams.producer import EventProducer
 from tests.cluster import local_cluster, missing_binaries
-from tests.integration.helpers import turn
+from tests.integration.helpers import ingest_consumer, turn
 from tests.integration.test_api import (  # noqa: F401  (fixtures and tests run here)
     MAX_BODY,
     alice,
@@ -139,8 +139,6 @@ def test_stream_partitions_spread_over_masters_and_are_all_read(
 
     from app.db.session import unit_of_work
     from app.layers.episodic.models import Turn
-    from app.services.ingest import IngestService
-    from app.streams.consumer import StreamConsumer
 
     keys = RedisKeys.from_settings(settings)
     partitions = keys.partitions(settings.stream_partitions)
@@ -150,13 +148,7 @@ def test_stream_partitions_spread_over_masters_and_are_all_read(
     receipts = [producer.send(turn(tenant, user, 1)) for user in users]
     assert len({r.stream for r in receipts}) > 1
 
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="c1",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings)
     while consumer.step(block_ms=50):
         pass
     with unit_of_work(tenant) as session:

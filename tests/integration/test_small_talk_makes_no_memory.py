@@ -20,9 +20,8 @@ from app.layers.semantic.service import MAX_SOURCE_TURNS, store_gems
 from app.services import extraction
 from app.services.attention import score_users
 from app.services.dream import run_dream
-from app.services.ingest import IngestService
-from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
+from tests.integration.helpers import ingest_consumer
 
 T0 = datetime(2026, 5, 4, 9, 0, tzinfo=UTC)
 
@@ -43,13 +42,7 @@ def say(tenant: str, user: str, n: int, content: str, role: str = "user") -> dic
 
 @pytest.fixture
 def pipeline(settings: Settings, redis_client):  # type: ignore[no-untyped-def]
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="test",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings, name="test")
     embedder = get_embedder(settings, redis_client)
     extractor = get_extractor(settings)
 

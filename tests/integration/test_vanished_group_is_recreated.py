@@ -11,10 +11,8 @@ from sqlalchemy import select
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.layers.episodic.models import Turn
-from app.services.ingest import IngestService
-from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
-from tests.integration.helpers import turn
+from tests.integration.helpers import ingest_consumer, turn
 
 
 def test_a_group_gone_from_one_partition_is_recreated_and_read(
@@ -23,13 +21,7 @@ def test_a_group_gone_from_one_partition_is_recreated_and_read(
     users = [f"u{n}" for n in range(12)]
     receipts = EventProducer(redis_client, settings).send_many([turn(tenant, u, 1) for u in users])
     assert len({r.stream for r in receipts}) > 1
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="c1",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings)
     redis_client.xgroup_destroy(receipts[0].stream, settings.consumer_group)
 
     while consumer.step(block_ms=50):  # the first step reclaims before it reads

@@ -28,7 +28,7 @@ from app.streams.consumer import StreamConsumer
 from app.streams.durable import ReplicationShortfall
 from app.streams.failures import is_transient
 from app.streams.producer import EventProducer, NotReplicatedError
-from tests.integration.helpers import turn
+from tests.integration.helpers import ingest_consumer, turn
 
 
 @pytest.fixture
@@ -75,13 +75,7 @@ def test_a_refused_write_resent_is_stored_once(
 
     receipts = EventProducer(redis_client, settings).send_many([event])  # the safe mode off
     assert redis_client.xlen(receipts[0].stream) == 2
-    consumer = StreamConsumer(
-        client=redis_client,
-        settings=settings,
-        handler=IngestService(client=redis_client, settings=settings),
-        name="c1",
-    )
-    consumer.ensure_groups()
+    consumer = ingest_consumer(redis_client, settings)
     while consumer.step(block_ms=50):
         pass
     assert consumer.stats.acked == 2
