@@ -21,7 +21,7 @@ from app.embedding.base import Embedder
 from app.extraction.smalltalk import is_small_talk_sentence
 from app.keys import RedisKeys
 from app.layers.conceptual.repository import known_terms
-from app.layers.episodic import repository as episodic
+from app.layers.episodic import attention as scoring
 from app.layers.semantic.repository import max_similarity_per_vector, vector_literal
 from app.scoring.attention import Candidate, compete
 from app.scoring.salience import SalienceWeights, score_turn
@@ -83,14 +83,14 @@ def _score_pass(
 ) -> ScoredBatch:
     result = ScoredBatch()
     with unit_of_work(tenant_id, all_agents=True) as session:
-        turns = episodic.lock_unscored(
+        turns = scoring.lock_unscored(
             session=session, tenant_id=tenant_id, user_ids=user_ids, limit=SCORE_LIMIT
         )
         if not turns:
             return result
         rows, winners, passage_rows = _score(session, settings, embedder, tenant_id, turns)
-        episodic.save_passages(session=session, rows=passage_rows)
-        episodic.save_attention(session=session, rows=rows)
+        scoring.save_passages(session=session, rows=passage_rows)
+        scoring.save_attention(session=session, rows=rows)
     result.scored = len(rows)
     result.consolidate = len(winners)
     result.forget = sum(1 for r in rows if r["attention"] == "forget")

@@ -15,7 +15,7 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.extraction.factory import get_extractor
-from app.layers.episodic import repository as episodic
+from app.layers.episodic import attention as episodic_attention
 from app.layers.semantic import repository as semantic
 from app.layers.working.store import WorkingMemoryStore
 from app.services import extraction
@@ -371,7 +371,7 @@ def test_emotional_goal_turn_outscores_small_talk(
         scores = dict(
             session.execute(text("SELECT external_id, salience FROM episodic.turns")).all()
         )
-        again = episodic.lock_unscored(
+        again = episodic_attention.lock_unscored(
             session=session, tenant_id=tenant, user_ids=["hal"], limit=10
         )
     assert scores["hal-5"] > scores["hal-0"]

@@ -222,44 +222,6 @@ def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime)
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-_SAVE_ATTENTION = text(
-    "UPDATE episodic.turns AS t SET emotional_intensity = r.emotional_intensity,"
-    " connection_relevance = r.connection_relevance, novelty = r.novelty,"
-    " salience = r.salience, attention = r.attention"
-    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, emotional_intensity float8,"
-    " connection_relevance float8, novelty float8, salience float8, attention text,"
-    " user_id text)"
-    " WHERE t.id = r.id AND t.user_id = r.user_id"
-)
-
-# The turn's time and channel travel with each passage (turns never change), so a time- or
-# channel-bound dense search filters passages alone.
-_SAVE_PASSAGES = text(
-    "INSERT INTO episodic.turn_passages (turn_id, tenant_id, user_id, ordinal, channel,"
-    " occurred_at, embedding)"
-    " SELECT t.id, t.tenant_id, t.user_id, r.ordinal, t.channel, t.occurred_at,"
-    " CAST(r.embedding AS vector)"
-    " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(turn_id uuid, user_id text,"
-    " ordinal int, embedding text)"
-    " JOIN episodic.turns AS t ON t.id = r.turn_id AND t.user_id = r.user_id"
-    " ON CONFLICT DO NOTHING"
-)
-
-
-def save_attention(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Store salience parts and the attention outcome of scored turns (one statement).
-    Each row names its turn's `user_id`, so each update reads one partition of the trace."""
-    if rows:
-        session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows)})
-
-
-def save_passages(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
-    """Store turns' dense keys: rows of turn_id, user_id, ordinal and embedding (a vector
-    literal); one statement, and a passage stored before is left as it was."""
-    if rows:
-        session.execute(_SAVE_PASSAGES, {"rows": _rows_json(rows)})
-
-
 def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
     """Turns by id (under the current tenant scope), oldest first."""
     if not turn_ids:
@@ -417,23 +379,6 @@ def context_before(
                 " AND occurred_at < :before ORDER BY occurred_at DESC LIMIT :limit"
             ),
             {"tenant": tenant_id, "user": user_id, "before": before, "limit": limit},
-        )
-    )
-
-
-def lock_unscored(
-    *, session: DbSession, tenant_id: str, user_ids: Sequence[str], limit: int
-) -> list[Any]:
-    """Turns of these users not scored yet, locked for this transaction; turns another
-    transaction holds are skipped (the caller makes further passes for those)."""
-    return list(
-        session.execute(
-            text(
-                "SELECT id, user_id, speaker, content, occurred_at FROM episodic.turns"
-                " WHERE tenant_id = :tenant AND user_id = ANY(:users) AND salience IS NULL"
-                " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
-            ),
-            {"tenant": tenant_id, "users": list(user_ids), "limit": limit},
         )
     )
 
