@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 
 from app.embedded.redis import answers
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import stop_process, wait_for
 
 
 def free_port() -> int:
@@ -66,13 +66,8 @@ class PrivateRedis:
 
     def stop(self) -> None:
         """SIGTERM, and SIGKILL if it does not go within 30 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process)
         self.process = None
 
     def kill(self) -> None:

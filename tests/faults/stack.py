@@ -26,7 +26,7 @@ from app.db.bootstrap import database_urls
 from app.db.migrate import upgrade
 from app.embedded import postgres as embedded_postgres
 from tests.conftest import worker_env
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import stop_process, wait_for
 from tests.private_redis import PrivateRedis, free_port
 
 DATABASE = "engram_faults"
@@ -142,13 +142,7 @@ def running(
     try:
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process)
 
 
 def worker(

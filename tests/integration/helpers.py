@@ -46,3 +46,17 @@ def ingest_consumer(client: Any, settings: Any, name: str = "c1") -> Any:
     )
     consumer.ensure_groups()
     return consumer
+
+
+def stop_process(process: Any, timeout: float = 30) -> None:
+    """SIGTERM a child and wait; SIGKILL it if it has not gone within `timeout` seconds."""
+    import subprocess
+
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -32,7 +32,7 @@ from app.db.session import owner_engine
 from app.embedded import postgres as embedded_postgres
 from app.keys import RedisKeys
 from app.services.tenants import MintedKey, mint_key, revoke_key
-from tests.integration.helpers import turn
+from tests.integration.helpers import stop_process, turn
 from tests.private_redis import PrivateRedis, free_port
 
 # The API's fresh-cache TTL in this test (the launcher below sets it), so the stale path is
@@ -117,15 +117,6 @@ def _launch(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def _wait_for_health(url: str, process: subprocess.Popen[bytes]) -> None:
     for _ in range(1200):  # up to about two minutes: the embedding model loads first
         if process.poll() is not None:
@@ -172,7 +163,7 @@ def api(base_settings: Settings) -> Iterator[Api]:
             }
         )
         process = _launch(port, env)
-        cleanup.callback(_stop, process)
+        cleanup.callback(stop_process, process)
         url = f"http://127.0.0.1:{port}"
         _wait_for_health(url, process)
         yield Api(url=url, settings=settings, data_dir=data_dir, redis=private_redis)

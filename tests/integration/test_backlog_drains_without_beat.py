@@ -10,7 +10,6 @@ process. The bound and the drain, step by step: test_extraction_drain.py.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,8 +23,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from app.api.app import create_app
-from app.cli.supervisor import worker_command
-from app.config import PROJECT_ROOT, Settings
+from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.keys import partition_of
@@ -36,8 +34,8 @@ from app.services.ingest import IngestService
 from app.services.tenants import mint_key
 from app.streams.consumer import StreamConsumer
 from app.streams.producer import EventProducer
-from tests.conftest import worker_env
 from tests.integration.api_server import serve
+from tests.integration.workers import celery_worker
 from workers.queues import EMBED, EXTRACT, INGEST
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -118,23 +116,10 @@ def fresh_in_flight(tenant: str, user: str) -> int:
 @contextmanager
 def extraction_worker(settings: Settings, **env: str) -> Iterator[subprocess.Popen[bytes]]:
     """A real `celery worker` serving ingest (its stream consumer), extract and embed."""
-    process = subprocess.Popen(
-        worker_command(queues=(INGEST, EXTRACT, EMBED), concurrency=2, consumers=1),
-        cwd=PROJECT_ROOT,
-        env={**os.environ, **worker_env(settings, **env)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with celery_worker(
+        settings, queues=(INGEST, EXTRACT, EMBED), concurrency=2, stop_timeout=60, **env
+    ) as process:
         yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 @pytest.mark.slow

@@ -20,15 +20,15 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from app.cli.supervisor import worker_command
 from app.config import PROJECT_ROOT, Settings
 from app.db.session import unit_of_work
 from app.services.tenants import mint_key
 from tests.conftest import worker_env
 from tests.integration.api_server import serve
 from tests.integration.helpers import wait_for
-from tests.integration.test_api_during_outage import PrivateRedis
 from tests.integration.test_backlog_drains_without_beat import say
+from tests.integration.workers import celery_worker
+from tests.private_redis import PrivateRedis
 from workers.queues import EMBED, EXTRACT, INGEST
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -40,23 +40,15 @@ RABBITMQ = ("127.0.0.1", 5672)
 @contextmanager
 def worker_on(settings: Settings, broker: str, node: str) -> Iterator[subprocess.Popen[bytes]]:
     """A real worker serving ingest, extract and embed, its Celery broker at `broker`."""
-    process = subprocess.Popen(
-        worker_command(queues=(INGEST, EXTRACT, EMBED), concurrency=2, consumers=1, hostname=node),
-        cwd=PROJECT_ROOT,
-        env={**os.environ, **worker_env(settings, CELERY_BROKER_URL=broker)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with celery_worker(
+        settings,
+        queues=(INGEST, EXTRACT, EMBED),
+        concurrency=2,
+        hostname=node,
+        stop_timeout=60,
+        CELERY_BROKER_URL=broker,
+    ) as process:
         yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 def memories_of(tenant: str, user: str) -> int:

@@ -19,6 +19,7 @@ import pytest
 from app.cli.supervisor import flower_command
 from app.config import PROJECT_ROOT, Settings
 from tests.conftest import worker_env
+from tests.integration.helpers import stop_process
 
 PATHS = ["/", "/metrics", "/healthcheck", "/workers", "/tasks", "/api/workers", "/static/x.js"]
 USER = "engram"
@@ -59,12 +60,7 @@ def running_flower(command: list[str], env: dict[str, str], port: int) -> Iterat
             raise RuntimeError("flower did not answer")
         yield process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 20)
 
 
 def _check(port: int, pid: int, password: str) -> None:

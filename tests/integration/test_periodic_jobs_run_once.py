@@ -6,7 +6,6 @@ fire every entry of the schedule at a real worker, and each entry runs exactly o
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -21,14 +20,13 @@ from celery import Celery
 from celery.beat import Scheduler
 from sqlalchemy import text
 
-from app.cli.supervisor import worker_command
-from app.config import PROJECT_ROOT, Settings
+from app.config import Settings
 from app.db.session import unit_of_work
 from app.redis_client import resolve_redis_url
 from app.services import meta_refresh
 from app.services.jobs import ALL_TENANTS, PERIOD_SHARE, once_per_period
-from tests.conftest import worker_env
 from tests.integration.helpers import wait_for
+from tests.integration.workers import celery_worker
 from workers.beat import ENTRY_HEADER, PERIOD_HEADER, beat_schedule, job_name
 from workers.queues import ALL_QUEUES, ROUTES, TASK_QUEUES
 
@@ -115,22 +113,10 @@ def test_every_beat_entry_carries_its_name_and_period(settings: Settings) -> Non
 @pytest.fixture
 def beat_worker(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
     """A real worker on every queue (no stream consumers) with this test's keys."""
-    process = subprocess.Popen(
-        worker_command(queues=ALL_QUEUES, concurrency=2, consumers=0),
-        cwd=PROJECT_ROOT,
-        env={**os.environ, **worker_env(settings)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with celery_worker(
+        settings, queues=ALL_QUEUES, concurrency=2, consumers=0, stop_timeout=60
+    ) as process:
         yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _celery_prefix(settings: Settings) -> str:

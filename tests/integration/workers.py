@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from app.cli.supervisor import worker_command
 from app.config import PROJECT_ROOT, Settings
 from tests.conftest import worker_env
+from tests.integration.helpers import stop_process
 
 
 @contextmanager
 def celery_worker(
-    settings: Settings, *, consumers: int = 1, **env: str
+    settings: Settings,
+    *,
+    queues: Sequence[str] = ("ingest",),
+    concurrency: int = 1,
+    consumers: int = 1,
+    hostname: str | None = None,
+    stop_timeout: float = 30,
+    **env: str,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `celery worker` serving the ingest queue, with this test's keys and database."""
+    """A real `celery worker` on these queues (ingest by default), with this test's keys and
+    database; stopped (TERM, then KILL after `stop_timeout`) when the block ends."""
     process = subprocess.Popen(
-        worker_command(queues=("ingest",), concurrency=1, consumers=consumers),
+        worker_command(
+            queues=tuple(queues), concurrency=concurrency, consumers=consumers, hostname=hostname
+        ),
         cwd=PROJECT_ROOT,
         env={**os.environ, **worker_env(settings, **env)},
         stdout=subprocess.DEVNULL,
@@ -27,10 +38,4 @@ def celery_worker(
     try:
         yield process
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, stop_timeout)
