@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from app.extraction.sentences import clean_turn, split_segments
 
 MIN_WORDS = 4  # a sentence of fewer words is a fragment, not a key of its own
@@ -55,6 +57,6 @@ def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
     """The unit-length mean of a turn's passage vectors: the direction of the whole turn."""
     if len(vectors) == 1:
         return list(vectors[0])
-    summed = [math.fsum(column) for column in zip(*vectors, strict=True)]
-    norm = math.sqrt(math.fsum(x * x for x in summed))
-    return [x / norm for x in summed] if norm > 0 else summed
+    summed = np.asarray(vectors, dtype=np.float64).sum(axis=0)
+    norm = float(np.linalg.norm(summed))
+    return (summed / norm if norm > 0 else summed).tolist()
