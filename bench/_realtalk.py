@@ -289,8 +289,10 @@ def dense_rank_fn(
     turns: Mapping[str, tuple[list[str], np.ndarray]],
     queries: Mapping[str, np.ndarray],
     depth: int = DEPTH,
+    owners: Mapping[str, np.ndarray] | None = None,
 ) -> RankFn:
-    """Cosine over each user's own turns: `turns[user]` = (dia_ids, one row per turn)."""
+    """Cosine over each user's own turns: `turns[user]` = (dia_ids, one row per turn), or with
+    `owners[user]` (the turn index of each row) several rows per turn, a turn scoring its best."""
 
     def unit(matrix: np.ndarray) -> np.ndarray:
         norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
@@ -301,7 +303,13 @@ def dense_rank_fn(
 
     def rank(user: str, question: str) -> list[str]:
         ids, matrix = index[user]
-        order = np.argsort(-(matrix @ vectors[question]), kind="stable")[:depth]
+        rows = matrix @ vectors[question]
+        if owners is None:
+            scores = rows
+        else:
+            scores = np.full(len(ids), -np.inf, dtype=np.float32)
+            np.maximum.at(scores, owners[user], rows)
+        order = np.argsort(-scores, kind="stable")[:depth]
         return [ids[int(i)] for i in order]
 
     return rank

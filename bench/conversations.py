@@ -13,7 +13,9 @@ the same question, and an evidence turn counts as in the context when its first 
 (whitespace and case normalised) appear in the block. In the same run, over the same turn
 texts and questions: BM25 (k1 1.2, b 0.75, Postgres' English stemming and stop words), cosine
 over the local embedder's vectors, and their reciprocal-rank fusion (k 60), each ranking only
-the turns of the question's own conversation.
+the turns of the question's own conversation; and `dense-passages`, cosine over the keys
+Engram's dense leg stores for a turn (its sentences led by the speaker), a turn scoring its
+best — what those keys are worth against the whole-turn vector.
 
 Data: REALTALK (arXiv 2502.13270), ten 21-day messaging conversations with memory-probing
 questions whose evidence names turns. Used for evaluation only and not part of Engram: it is read
@@ -246,7 +248,9 @@ def baselines(
     for c in conversations:
         by_user[c.user_id] = ([t.dia_id for t in c.turns], vectors[offset : offset + len(c.turns)])
         offset += len(c.turns)
-    dense = dense_rank_fn(by_user, dict(zip(asked, vectors[offset:], strict=True)), FUSE_DEPTH)
+    queries = dict(zip(asked, vectors[offset:], strict=True))
+    dense = dense_rank_fn(by_user, queries, FUSE_DEPTH)
+    passages = passage_rank_fn(embedder, conversations, queries)
 
     def top(fn: RankFn) -> RankFn:
         return lambda user, question: fn(user, question)[:DEPTH]
@@ -256,7 +260,35 @@ def baselines(
         "bm25": evaluate(questions, top(bm25)),
         "dense": evaluate(questions, top(dense)),
         "rrf": evaluate(questions, rrf_rank_fn([bm25, dense])),
+        "dense-passages": evaluate(questions, top(passages)),
     }
+
+
+def passage_rank_fn(embedder: Any, conversations: list[Conversation], queries: Any) -> RankFn:
+    """Cosine over the keys Engram stores for a turn (app/text/passages.py: its sentences, or
+    the whole turn, led by the speaker), a turn scoring its best: the dense leg's own keys,
+    beside the whole-turn `dense` baseline, so what the split is worth is measured here."""
+    import numpy as np
+
+    from app.text.passages import passages
+
+    texts: list[str] = []
+    spans: dict[str, tuple[list[str], list[int]]] = {}
+    for c in conversations:
+        owners: list[int] = []
+        for n, turn in enumerate(c.turns):
+            keys = passages(turn.content, turn.speaker) or [turn.content]
+            texts += keys
+            owners += [n] * len(keys)
+        spans[c.user_id] = ([t.dia_id for t in c.turns], owners)
+    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    rows: dict[str, tuple[list[str], Any]] = {}
+    offset = 0
+    for user, (ids, owners) in spans.items():
+        rows[user] = (ids, vectors[offset : offset + len(owners)])
+        offset += len(owners)
+    owner_rows = {user: np.asarray(owners) for user, (_, owners) in spans.items()}
+    return dense_rank_fn(rows, queries, FUSE_DEPTH, owners=owner_rows)
 
 
 def split_figures(
