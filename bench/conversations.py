@@ -44,10 +44,8 @@ import argparse
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -57,6 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _api import serve
 from _realtalk import (
     CATEGORIES,
     DEPTH,
@@ -135,26 +134,6 @@ def turn_events(conversation: Conversation) -> list[dict[str, Any]]:
         }
         for turn in conversation.turns
     ]
-
-
-def serve(settings: Any) -> tuple[Any, str]:
-    import uvicorn
-
-    from app.api.app import create_app
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("API server did not start")
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}"
 
 
 def count_memories(client: Any, user_id: str) -> int:

@@ -23,10 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -35,6 +33,9 @@ from typing import Any
 # The script's own folder (sys.path[0]) would make `import mcp` find this file instead of the
 # MCP SDK: put the repository root there.
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from bench._api import free_port, serve  # noqa: E402
+
 os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_mcp")
 os.environ["ENGRAM_REDIS_PREFIX"] = f"benchmcp-{os.getpid()}"
 
@@ -71,30 +72,6 @@ def sentences(rng: random.Random, template: Sequence[str], n: int) -> list[str]:
         )
         for _ in range(n)
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve_api(settings: Any) -> tuple[Any, str]:
-    import uvicorn
-
-    from app.api.app import create_app
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("API server did not start")
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}"
 
 
 def start_mcp(api_url: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -183,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     services = fresh_database(settings)
     key = mint_key(TENANT, "mcp benchmark").key
     rng = random.Random(7)
-    server, url = serve_api(settings)
+    server, url = serve(settings)
     process, endpoint = start_mcp(url)
     try:
         with EngramClient(url, key, timeout=120) as client:

@@ -28,27 +28,24 @@ import json
 import math
 import os
 import re
-import socket
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_quality")
+from _api import serve
+
 os.environ["ENGRAM_REDIS_PREFIX"] = f"benchq-{os.getpid()}"
 
 import numpy as np
-import uvicorn
 from engram_memory_client import EngramClient
 from sqlalchemy import text
 
-from app.api.app import create_app
 from app.cli.supervisor import ProcessGroup, fresh_database, worker_command
 from app.config import Settings, get_settings
 from app.db.session import unit_of_work
@@ -213,26 +210,6 @@ class Bm25:
             if score > 0:
                 scores[key] = score
         return [key for key, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve(settings: Any) -> tuple[uvicorn.Server, str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("API server did not start")
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}"
 
 
 def _archive_id(external_id: str) -> int:
