@@ -49,8 +49,15 @@ from app.text.untrusted import fence, suspected
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
-# Ranked turns are short: a 2,000-token budget holds ~50 of them when the conversation is short.
-MEMORY_CANDIDATES = 60
+# Ranked turns are short: a 2,000-token budget holds ~55 of them when the conversation is short
+# (long ones shortened to ITEM_SHARE), so more candidates than that are asked for: an item
+# that does not fit is skipped and a shorter one after it may still fit.
+MEMORY_CANDIDATES = 80
+# One ranked item shows at most this share of the budget (its head, then "…"; the part keeps
+# the whole text): one long message no longer crowds out several relevant ones
+# (bench/conversations.py measures the evidence a 2,000-token block holds).
+ITEM_SHARE = 0.03
+MIN_ITEM_TOKENS = 32
 HEADERS = {
     "summary": "## Earlier in this conversation",
     "turns": "## Conversation",
@@ -152,6 +159,15 @@ def _item_line(item: dict[str, Any]) -> str:
         who = " ".join((item.get("speaker") or item.get("role") or "someone").split())
         return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
     return _memory_line(item["content"], item["occurred_at"], item["kind"])
+
+
+def _shortened(line: str, limit: int) -> str:
+    """The line, or its head cut at a word boundary within `limit` tokens and marked "…"."""
+    if count_tokens(line) <= limit:
+        return line
+    head = truncate_to_tokens(line, limit - 1)
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return f"{cut} …"
 
 
 def _normalised(text: str) -> str:
@@ -319,7 +335,7 @@ def assemble_context(
         sources = set(item.get("event_ids") or [])
         if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
-        line = _item_line(item)
+        line = _shortened(_item_line(item), max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE)))
         flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
         if packer.add("memories", _quoted(line, flagged)):
             chosen.append({**item, "suspected_instruction": flagged})

@@ -198,11 +198,18 @@ def _favour_the_named_speaker(
 
 
 def names_speaker(query: str, speaker: str) -> bool:
-    """Whether the query names the speaker as a whole word ("Kate's" names Kate)."""
-    name = speaker.strip()
+    """Whether the query names the speaker as a whole word ("Kate's" names Kate): by the
+    whole display name or, when it has several words, by one of them of 3+ letters ("Fahim"
+    names "Fahim Khan": people ask about each other by first name)."""
+    words = speaker.split()
+    name = " ".join(words)
     if len(name) < 2:
         return False
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", query, re.IGNORECASE) is not None
+    forms = [name, *(w for w in words if len(w) >= 3)] if len(words) > 1 else [name]
+    return any(
+        re.search(rf"(?<!\w){re.escape(form)}(?!\w)", query, re.IGNORECASE) is not None
+        for form in forms
+    )
 
 
 def _hits(

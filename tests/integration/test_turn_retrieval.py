@@ -161,6 +161,35 @@ def test_context_packs_the_ranked_turns_with_date_and_speaker(
     assert "- [2024-01-08] Nico: I bought a red kayak at the harbour shop." in memories
 
 
+def test_a_long_turn_shows_its_head_in_the_context_and_keeps_its_text_in_the_parts(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    long = "I bought a red kayak at the harbour shop. " + " ".join(
+        f"Then I paddled past buoy number {n} and waved at the ferry." for n in range(40)
+    )
+    lines = [
+        (T0, long),
+        (T0 + timedelta(minutes=1), "The kayak shop also sold me a blue paddle."),
+    ]
+    converse(settings, redis_client, embedder, tenant, "ona", lines)
+    # Asked on another Redis prefix: no live conversation (L1) repeats the turns.
+    asking = settings.model_copy(update={"redis_prefix": f"{settings.redis_prefix}-ask"})
+    result = assemble_context(
+        tenant,
+        ContextRequest(user_id="ona", query="what kayak did Ona buy?", token_budget=2000),
+        settings=asking,
+        embedder=embedder,
+        client=redis_client,
+    )
+    shown = result.text.split("## Relevant memories")[1]
+    head = next(line for line in shown.splitlines() if "red kayak" in line)
+    assert head.startswith("- [2024-01-08] ") and "I bought a red kayak" in head
+    assert head.endswith(" …") and "buoy number 39" not in head
+    assert "blue paddle" in shown  # the long turn left room for the next one
+    whole = next(p for p in result.parts["memories"] if "red kayak" in p["content"])
+    assert "buoy number 39" in whole["content"]
+
+
 def test_a_question_about_one_speaker_favours_that_speakers_turns(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:

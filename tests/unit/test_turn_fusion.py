@@ -103,3 +103,13 @@ def test_a_speaker_is_named_only_as_a_whole_word() -> None:
     assert not names_speaker("What did Katelyn say?", "Kate")
     assert not names_speaker("Also, what happened?", "Al")
     assert not names_speaker("anything", " ")
+
+
+def test_a_speaker_of_several_names_is_named_by_one_of_them() -> None:
+    from app.services.search_turns import names_speaker
+
+    assert names_speaker("What car does Fahim drive?", "Fahim Khan")
+    assert names_speaker("Where does Mr Khan work?", "Fahim  Khan")
+    assert names_speaker("What did Fahim Khan say?", "Fahim Khan")
+    assert not names_speaker("What did Fahimah say?", "Fahim Khan")
+    assert not names_speaker("Who is Al?", "Al Green")  # too short a word to name anyone
