@@ -19,6 +19,7 @@ threads hold a lock could inherit it held.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
@@ -111,6 +112,10 @@ class StreamConsumerStep(bootsteps.StartStopStep):
             return
         settings = get_settings()
         client = get_redis(settings)
+        # What is loaded by now (the app, its libraries) lives as long as the worker: frozen,
+        # the collector's full passes (tens of ms each, every few thousand turns ingested)
+        # no longer walk it.
+        gc.freeze()
         for index in range(self.count):
             consumer = StreamConsumer(
                 client=client,

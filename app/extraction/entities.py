@@ -14,6 +14,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from app.extraction.vocabulary import (
     COMMON_WORDS,
@@ -44,10 +45,12 @@ _SEPARATORS = re.compile(r"[\s_\-]+")
 _EDGE_PUNCT = re.compile(r"^[^\w.+#]+|[^\w+#]+$")
 
 
+@lru_cache(maxsize=65536)
 def canonicalize(name: str) -> str:
     """One key per variant: case-folded, possessive dropped, separators and aliases unified.
 
-    Applied until nothing changes, so a canonical name canonicalizes to itself."""
+    Applied until nothing changes, so a canonical name canonicalizes to itself. Remembered
+    per name: the same names and words come back in every gem of a user."""
     current = name
     for _ in range(5):
         following = _canonical_step(current)

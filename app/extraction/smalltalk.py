@@ -16,6 +16,7 @@ merging all ask the same predicate, so none of them keeps, merges or consolidate
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from app.extraction.sentences import split_sentences
 from app.extraction.vocabulary import SMALL_TALK_WORDS, STOPWORDS, word_set
@@ -81,8 +82,10 @@ _LABEL = re.compile(r"^[^\W\d_][\w .'-]{0,40}:\s+")  # "Alice: " before a quoted
 _CLAUSE = re.compile(r"[,;:!?.\u2026\u2014\u2013()\"]+|\s-+\s")
 
 
+@lru_cache(maxsize=65536)
 def is_chat_word(word: str) -> bool:
-    """A word that says nothing on its own: stopword, small talk, laughter, single letter."""
+    """A word that says nothing on its own: stopword, small talk, laughter, single letter.
+    Remembered per word: every sentence of the pipeline asks about the same few thousand."""
     lower = word.casefold().replace("\u2019", "'")
     if lower in STOPWORDS or lower in SMALL_TALK_WORDS or _LAUGHTER.match(lower):
         return True
@@ -95,8 +98,11 @@ def is_chat_word(word: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=8192)
 def is_small_talk_sentence(sentence: str) -> bool:
-    """Greetings, thanks, acknowledgements, reactions: no word worth storing is left."""
+    """Greetings, thanks, acknowledgements, reactions: no word worth storing is left.
+    Remembered for recent sentences: scoring asks about a turn, the extractor about its
+    sentences, storing about its gems' sentences, mostly the same strings."""
     text = _EMOTICON.sub(" ", sentence.replace("\u2019", "'"))
     text = _PHRASES.sub(" , ok , ", text)  # a set phrase counts as one chat word
     clauses = [c.strip() for c in _CLAUSE.split(text)]

@@ -120,8 +120,10 @@ def _normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
 
 
+@lru_cache(maxsize=65536)
 def _variants(word: str) -> tuple[str, ...]:
-    """The word, then with letter runs ("sooo", "nooo") collapsed to two and to one letter."""
+    """The word, then with letter runs ("sooo", "nooo") collapsed to two and to one letter.
+    Remembered per word, as `_lookup` and `_term` are: every turn is scored word by word."""
     if not _RUN.search(word):
         return (word,)
     return (word, _RUN.sub(r"\1\1", word), _RUN.sub(r"\1", word))
@@ -143,6 +145,7 @@ def _in(word: str, vocabulary: Collection[str]) -> bool:
     return any(v in vocabulary for v in _variants(word))
 
 
+@lru_cache(maxsize=65536)
 def _lookup(word: str) -> float:
     for variant in _variants(word):
         for stem in _stems(variant):
@@ -250,6 +253,7 @@ _STOPWORDS = _words(
 )
 
 
+@lru_cache(maxsize=65536)
 def _term(word: str) -> str:
     """Lower-case, drop a possessive, fold a plural: "Alice's" → "alice", "goals" → "goal"."""
     word = word.lower().split("'")[0]

@@ -89,7 +89,7 @@ def _score_pass(
         if not turns:
             return result
         rows, winners, passage_rows = _score(session, settings, embedder, tenant_id, turns)
-        scoring.save_passages(session=session, rows=passage_rows)
+        scoring.save_passages(session=session, tenant_id=tenant_id, rows=passage_rows)
         scoring.save_attention(session=session, rows=rows)
     result.scored = len(rows)
     result.consolidate = len(winners)
@@ -142,17 +142,29 @@ def _score(
     for ps in texts:
         keyed.append(flat[start : start + len(ps)])
         start += len(ps)
+    # Each vector is formatted once: a one-passage turn's direction is its passage's.
+    literals = [[vector_literal(v) for v in vs] for vs in keyed]
     found = max_similarity_per_vector(
         session=session,
         tenant_id=tenant_id,
         user_ids=[t.user_id for t in substantive],
-        vectors=[mean_direction(vs) for vs in keyed],
+        vectors=[
+            ls[0] if len(ls) == 1 else vector_literal(mean_direction(vs))
+            for vs, ls in zip(keyed, literals, strict=True)
+        ],
     )
     by_id = {t.id: sim for t, sim in zip(substantive, found, strict=True)}
     passage_rows = [
-        {"turn_id": t.id, "user_id": t.user_id, "ordinal": n, "embedding": vector_literal(v)}
-        for t, vs in zip(substantive, keyed, strict=True)
-        for n, v in enumerate(vs)
+        {
+            "turn_id": t.id,
+            "user_id": t.user_id,
+            "ordinal": n,
+            "channel": t.channel,
+            "occurred_at": t.occurred_at,
+            "embedding": literal,
+        }
+        for t, ls in zip(substantive, literals, strict=True)
+        for n, literal in enumerate(ls)
     ]
     similar = [by_id.get(t.id, 1.0) for t in turns]
     w = weights(settings)

@@ -17,8 +17,8 @@ from app.db.session import unit_of_work
 from app.embedding.base import Embedder
 from app.extraction.base import Extractor
 from app.keys import RedisKeys, partition_of
-from app.layers.episodic import repository as episodic
-from app.layers.semantic import repository as semantic
+from app.layers.episodic import claims
+from app.layers.semantic import batches as semantic
 from app.services import extraction
 
 LAG_SCAN_LIMIT = 10_000  # undelivered entries counted one by one when Redis cannot tell
@@ -96,7 +96,7 @@ def extraction_status(
     # Redis first: an entry acknowledged after this read is already in the counts below.
     pending = ingest_pending(settings, client, tenant_id, user_id)
     with unit_of_work(tenant_id, all_agents=True) as session:
-        turns, unscored, unclaimed = episodic.extraction_counts(
+        turns, unscored, unclaimed = claims.extraction_counts(
             session=session, tenant_id=tenant_id, user_id=user_id
         )
         in_flight, retrying, failed = semantic.batch_counts(

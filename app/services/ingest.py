@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.streams.consumer import StreamEntry
 from app.streams.events import Event, EventValidationError, TurnEvent, parse_event_json
 from app.text.injection import instruction_flags
-from app.text.tokens import count_many, count_tokens
+from app.text.tokens import count_many
 
 _log = logging.getLogger(__name__)
 
@@ -65,9 +66,33 @@ def _decode_entries(entries: Sequence[StreamEntry]) -> list[tuple[StreamEntry, E
     return decoded
 
 
-def _turn_row(event: TurnEvent, session_id: Any, entry_id: str, tokens: int) -> dict[str, Any]:
+@dataclass(slots=True)
+class _Turn:
+    """A turn of the batch with what L2 and L1 both need, worked out once."""
+
+    entry_id: str
+    event: TurnEvent
+    event_id: uuid.UUID
+    id: str
+    tokens: int
+
+
+def _turns(decoded: Sequence[tuple[StreamEntry, Event]]) -> list[_Turn]:
+    """The batch's turns, counted in one tokenizer call."""
+    found = [(entry, event) for entry, event in decoded if isinstance(event, TurnEvent)]
+    counts = count_many([event.content for _, event in found])
+    return [
+        _Turn(entry.entry_id, event, event.id, str(event.id), tokens)
+        for (entry, event), tokens in zip(found, counts, strict=True)
+    ]
+
+
+def _turn_row(
+    event: TurnEvent, session_id: Any, entry_id: str, tokens: int, turn_id: str | None = None
+) -> dict[str, Any]:
+    """One episodic.turns row (`turn_id`: the event id as text, when the caller has it)."""
     return {
-        "id": event.id,
+        "id": event.id if turn_id is None else turn_id,
         "tenant_id": event.tenant_id,
         "user_id": event.user_id,
         "session_id": session_id,
@@ -119,62 +144,52 @@ class IngestService:
         self.working = WorkingMemoryStore(client, settings)
         self.on_committed = on_committed
         self._known_tenants: set[str] = set()
-        self._token_counts: dict[Any, int] = {}
 
     def __call__(self, entries: Sequence[StreamEntry]) -> None:
         self.handle(entries)
 
     def handle(self, entries: Sequence[StreamEntry]) -> IngestResult:
         decoded = _decode_entries(entries)
-        turns = [event for _, event in decoded if isinstance(event, TurnEvent)]
-        # One tokenizer call for the batch (parallel in Rust): L2 and L1 both need the counts.
-        self._token_counts = dict(
-            zip([t.id for t in turns], count_many([t.content for t in turns]), strict=True)
-        )
-        result = self.persist(decoded)
+        turns = _turns(decoded)
+        others = [(entry, event) for entry, event in decoded if not isinstance(event, TurnEvent)]
+        result = self.persist(turns, others)
         result.prefetch = {
             (event.tenant_id, event.user_id, event.channel)
-            for _, event in decoded
+            for _, event in others
             if event.type in PREFETCH_TRIGGERS
         }
-        self.update_working_memory(decoded)
+        self.update_working_memory(turns)
         if self.on_committed is not None:
             self.on_committed(result)
         return result
 
-    def _tokens(self, event: TurnEvent) -> int:
-        """Counted once per turn and batch: L2 and L1 both need it."""
-        counts = self._token_counts
-        if event.id not in counts:
-            counts[event.id] = count_tokens(event.content)
-        return counts[event.id]
-
-    def persist(self, decoded: Sequence[tuple[StreamEntry, Event]]) -> IngestResult:
+    def persist(
+        self, turns: Sequence[_Turn], others: Sequence[tuple[StreamEntry, Event]]
+    ) -> IngestResult:
         """Write the whole batch to L2 in one transaction, one RLS scope per tenant."""
-        by_tenant: dict[str, list[tuple[StreamEntry, Event]]] = defaultdict(list)
-        for entry, event in decoded:
-            by_tenant[event.tenant_id].append((entry, event))
+        turns_of: dict[str, list[_Turn]] = defaultdict(list)
+        others_of: dict[str, list[tuple[StreamEntry, Event]]] = defaultdict(list)
+        for turn in turns:
+            turns_of[turn.event.tenant_id].append(turn)
+        for entry, event in others:
+            others_of[event.tenant_id].append((entry, event))
+        users = {(t.event.tenant_id, t.event.user_id) for t in turns}
+        users.update((event.tenant_id, event.user_id) for _, event in others)
         result = IngestResult()
         idle = timedelta(seconds=self.settings.session_idle_timeout_s)
         with unit_of_work(engine=self.engine) as session:
-            episodic.lock_users(
-                session=session,
-                keys=[user_lock_key(e.tenant_id, e.user_id) for _, e in decoded],
-            )
-            fresh = set(by_tenant) - self._known_tenants
+            episodic.lock_users(session=session, keys=[user_lock_key(*user) for user in users])
+            fresh = (turns_of.keys() | others_of.keys()) - self._known_tenants
             if fresh:
                 meta.register_tenants(session=session, tenant_ids=fresh)
-            for tenant_id, items in sorted(by_tenant.items()):
+            for tenant_id in sorted(turns_of.keys() | others_of.keys()):
                 set_tenant(session, tenant_id)
-                turns = [(en, ev) for en, ev in items if isinstance(ev, TurnEvent)]
-                others = [(en, ev) for en, ev in items if not isinstance(ev, TurnEvent)]
-                if turns:
-                    self._persist_turns(session, tenant_id, turns, idle, result)
-                if others:
-                    result.events_seen += len(others)
-                    result.events_inserted += episodic.insert_events(
-                        session=session, rows=[_event_row(ev, en.entry_id) for en, ev in others]
-                    )
+                if tenant_id in turns_of:
+                    self._persist_turns(session, tenant_id, turns_of[tenant_id], idle, result)
+                if tenant_id in others_of:
+                    rows = [_event_row(ev, en.entry_id) for en, ev in others_of[tenant_id]]
+                    result.events_seen += len(rows)
+                    result.events_inserted += episodic.insert_events(session=session, rows=rows)
         self._known_tenants |= fresh
         return result
 
@@ -182,13 +197,12 @@ class IngestService:
         self,
         session: Any,
         tenant_id: str,
-        turns: list[tuple[StreamEntry, TurnEvent]],
+        turns: list[_Turn],
         idle: timedelta,
         result: IngestResult,
     ) -> None:
-        times = [ev.timestamp for _, ev in turns]
-        users = sorted({ev.user_id for _, ev in turns})
-        lo, hi = session_window(times, idle)
+        users = sorted({t.event.user_id for t in turns})
+        lo, hi = session_window([t.event.timestamp for t in turns], idle)
         existing = episodic.sessions_around(
             session=session,
             tenant_id=tenant_id,
@@ -196,46 +210,49 @@ class IngestService:
             lo=lo,
             hi=hi,
         )
-        refs = [TurnRef(ev.id, ev.user_id, ev.timestamp, ev.channel) for _, ev in turns]
+        refs = [
+            TurnRef(t.event_id, t.event.user_id, t.event.timestamp, t.event.channel) for t in turns
+        ]
         assignment = assign_sessions(refs, existing, idle)
         mapping = assignment.mapping
         episodic.upsert_sessions(session=session, tenant_id=tenant_id, spans=assignment.touched)
         episodic.merge_sessions(session=session, merged=assignment.merged)
         # One batch may carry the same turn twice (a producer retry): keep the first.
-        rows: dict[Any, dict[str, Any]] = {}
-        for entry, event in turns:
-            if event.id not in rows:
-                rows[event.id] = _turn_row(
-                    event, mapping[event.id], entry.entry_id, self._tokens(event)
-                )
+        session_ids = {sid: str(sid) for sid in set(mapping.values())}
+        rows: dict[str, dict[str, Any]] = {}
+        for t in turns:
+            if t.id not in rows:
+                sid = session_ids[mapping[t.event_id]]
+                rows[t.id] = _turn_row(t.event, sid, t.entry_id, t.tokens, t.id)
         inserted = episodic.insert_turns(session=session, rows=list(rows.values()))
         counts: dict[Any, int] = defaultdict(int)
-        for _turn_id, session_id in inserted:
+        user_of = {t.id: t.event.user_id for t in turns}
+        for turn_id, session_id in inserted:
             counts[session_id] += 1
+            key = str(turn_id)
+            result.new_turns.setdefault((tenant_id, user_of[key]), []).append(key)
         episodic.add_turn_counts(session=session, counts=dict(counts))
         result.turns_seen += len(turns)
         result.turn_users.setdefault(tenant_id, set()).update(users)
         result.turns_inserted += len(inserted)
-        user_of = {ev.id: ev.user_id for _, ev in turns}
-        for turn_id, _ in inserted:
-            result.new_turns.setdefault((tenant_id, user_of[turn_id]), []).append(str(turn_id))
 
-    def update_working_memory(self, decoded: Sequence[tuple[StreamEntry, Event]]) -> None:
+    def update_working_memory(self, turns: Sequence[_Turn]) -> None:
         """Push every turn of the batch (replays included: the store ignores what it has)."""
         batches: dict[tuple[str, str], list[WorkingTurn]] = defaultdict(list)
         seen: set[str] = set()
-        for _, event in decoded:
-            if not isinstance(event, TurnEvent) or str(event.id) in seen:
+        for turn in turns:
+            if turn.id in seen:
                 continue
-            seen.add(str(event.id))
+            seen.add(turn.id)
+            event = turn.event
             batches[(event.tenant_id, event.user_id)].append(
                 WorkingTurn(
-                    id=str(event.id),
+                    id=turn.id,
                     role=event.role,
                     speaker=event.speaker or event.role,
                     channel=event.channel,
                     content=event.content,
-                    tokens=self._tokens(event),
+                    tokens=turn.tokens,
                     at=event.timestamp,
                 )
             )

@@ -65,7 +65,7 @@ def _pairs(raw_fields: Any) -> RawPairs:
     """Field/value pairs from a flat RESP array (or a map, as RESP3 may give)."""
     if isinstance(raw_fields, Mapping):
         return tuple((_bytes(k), _bytes(v)) for k, v in raw_fields.items())
-    flat = [_bytes(v) for v in raw_fields]
+    flat = [v if type(v) is bytes else _bytes(v) for v in raw_fields]
     return tuple(zip(flat[::2], flat[1::2], strict=False))
 
 
@@ -75,13 +75,12 @@ def decode_entry(stream: str, entry_id: str, raw_fields: Any) -> StreamEntry:
     if isinstance(raw_fields, list | tuple) and len(raw_fields) % 2:
         return StreamEntry(stream, entry_id, {}, raw=pairs, undecodable="odd number of fields")
     try:
-        decoded = [(k.decode(), v.decode()) for k, v in pairs]
+        fields = {k.decode(): v.decode() for k, v in pairs}
     except UnicodeDecodeError as exc:
         problem = f"not UTF-8 ({exc.reason} at byte {exc.start})"
         return StreamEntry(stream, entry_id, {}, raw=pairs, undecodable=problem)
-    fields = dict(decoded)
-    if len(fields) != len(decoded):
-        names = [k for k, _ in decoded]
+    if len(fields) != len(pairs):
+        names = [k.decode() for k, _ in pairs]
         twice = sorted({k for k in names if names.count(k) > 1})
         return StreamEntry(
             stream, entry_id, {}, raw=pairs, undecodable=f"field(s) repeated: {twice}"
@@ -103,8 +102,9 @@ def _raw_client(pool: redis.ConnectionPool) -> redis.Redis:
 def _rows(reply: Any) -> list[StreamEntry]:
     rows = reply.items() if isinstance(reply, Mapping) else (reply or [])
     return [
-        decode_entry(_text(stream), _text(entry_id), fields)
+        decode_entry(name, _text(entry_id), fields)
         for stream, items in rows
+        for name in [_text(stream)]
         for entry_id, fields in items or []
     ]
 

@@ -22,5 +22,17 @@ _PATTERNS = re.compile(
 )
 
 
+# Every pattern holds one of these words: an ASCII text (where IGNORECASE is plain ASCII
+# case) that holds none of them, lowercased, cannot match. Every ingested turn is checked.
+_NEEDED = ("ignore", "disregard", "you are now", "instruction", "system", "im_start", "act as")
+
+
+def _may_match(text: str) -> bool:
+    if not text.isascii():
+        return True
+    lowered = text.lower()
+    return any(word in lowered for word in _NEEDED)
+
+
 def instruction_flags(text: str) -> list[str]:
-    return [SUSPECTED_INSTRUCTION] if _PATTERNS.search(text) else []
+    return [SUSPECTED_INSTRUCTION] if _may_match(text) and _PATTERNS.search(text) else []

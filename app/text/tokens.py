@@ -9,15 +9,21 @@ count for one model family, point ENGRAM_TOKENIZER at that family's `tokenizer.j
 (Hugging Face format: Llama, Qwen, Mistral, ... ship one); nothing is downloaded.
 
 No special tokens, no truncation, no padding: the count of a text is what it adds to a
-prompt. Counting is in Rust, ~10 µs for a short turn; a loaded tokenizer is only read, so
-threads share it.
+prompt. Counting is in Rust, ~40 µs for a short turn; a loaded tokenizer is only read, so
+threads share it. Every ingested turn is counted, so for a BERT-style tokenizer (the shipped
+one) ASCII text is counted word by word, each word tokenized once and remembered
+(`_AsciiWordPiece`): the same count for a few µs.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import tokenizers
 
@@ -49,25 +55,156 @@ def load_tokenizer(name: str = SHIPPED) -> tokenizers.Tokenizer:
     return tokenizer
 
 
-def _configured() -> tokenizers.Tokenizer:
+# The ASCII controls BertNormalizer's clean_text drops (tab, newline and CR become spaces).
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# In a lowercased chunk: runs of letters and digits, and each punctuation mark alone.
+_WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9]")
+# Chunks and words remembered (a bounded cache, started afresh when full); longer ones are
+# counted each time they come.
+KEPT = 65_536
+LONGEST_KEPT = 64
+
+
+def _remember(known: dict[str, int], fresh: dict[str, int]) -> dict[str, int] | None:
+    """Add `fresh` to `known` in place, or return a new dict to use when `known` is full
+    (never emptied in place: another thread may be reading it)."""
+    kept = {key: n for key, n in fresh.items() if len(key) <= LONGEST_KEPT}
+    if len(known) + len(kept) > KEPT:
+        return kept
+    known.update(kept)
+    return None
+
+
+class _AsciiWordPiece:
+    """Exact counts of ASCII text for a BertNormalizer (lowercasing) + BertPreTokenizer +
+    WordPiece tokenizer, from counts of its whitespace-separated chunks.
+
+    On ASCII the normalizer only drops control characters and lowercases (accents and CJK
+    are not ASCII), and the pre-tokenizer splits at whitespace and isolates every
+    punctuation mark (each printable ASCII character that is not a letter or a digit);
+    WordPiece then splits each word on its own. So a text counts the sum of its chunks, a
+    chunk the sum of its words, and both repeat: each is tokenized once and remembered. A
+    text holding an added token (`[MASK]`...), which the tokenizer matches before
+    normalizing, is left to the tokenizer whole.
+    """
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer) -> None:
+        self.model = tokenizer.model
+        added = sorted({t.content.lower() for t in tokenizer.get_added_tokens_decoder().values()})
+        self.added = re.compile("|".join(map(re.escape, added))) if added else None
+        self.chunks: dict[str, int] = {}
+        self.words: dict[str, int] = {}
+
+    @staticmethod
+    def fits(tokenizer: tokenizers.Tokenizer) -> bool:
+        config: dict[str, Any] = json.loads(tokenizer.to_str())
+        normalizer = config.get("normalizer") or {}
+        return (
+            normalizer.get("type") == "BertNormalizer"
+            and normalizer.get("clean_text") is True
+            and normalizer.get("lowercase") is True
+            and (config.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer"
+            and (config.get("model") or {}).get("type") == "WordPiece"
+        )
+
+    def chunks_of(self, text: str) -> list[str] | None:
+        """The normalized chunks of an ASCII text, or None when the tokenizer must see it."""
+        if not text.isascii():
+            return None
+        lowered = text.lower()
+        if self.added is not None and self.added.search(lowered):
+            return None
+        if _CONTROLS.search(lowered):
+            lowered = _CONTROLS.sub("", lowered)
+        return lowered.split()
+
+    def count(self, texts: Sequence[list[str]]) -> list[int]:
+        """Counts of texts given as chunks (from `chunks_of`)."""
+        known = self.chunks
+        try:
+            return [sum(map(known.__getitem__, chunks)) for chunks in texts]
+        except KeyError:
+            pass
+        fresh = self._count_chunks(set(chain.from_iterable(texts)).difference(known))
+        lookup = known
+        if (started := _remember(known, fresh)) is not None:
+            self.chunks = lookup = started
+        counts = []
+        for chunks in texts:
+            try:
+                counts.append(sum(map(lookup.__getitem__, chunks)))
+            except KeyError:  # a chunk too long to keep, or one a restarted cache let go
+                counts.append(sum(fresh[c] if c in fresh else known[c] for c in chunks))
+        return counts
+
+    def _count_chunks(self, chunks: set[str]) -> dict[str, int]:
+        split = {chunk: _WORDS.findall(chunk) for chunk in chunks}
+        known = self.words
+        # A word is normalized and split already: the model alone tokenizes it.
+        tokenize = self.model.tokenize
+        new = set(chain.from_iterable(split.values())).difference(known)
+        fresh = {word: len(tokenize(word)) for word in new}
+        if (started := _remember(known, fresh)) is not None:
+            self.words = started
+        return {
+            chunk: sum(fresh[w] if w in fresh else known[w] for w in words)
+            for chunk, words in split.items()
+        }
+
+
+@lru_cache(maxsize=4)
+def _word_counter(name: str) -> _AsciiWordPiece | None:
+    tokenizer = load_tokenizer(name)
+    return _AsciiWordPiece(tokenizer) if _AsciiWordPiece.fits(tokenizer) else None
+
+
+def _configured_name() -> str:
     from app.config import get_settings
 
-    return load_tokenizer(get_settings().tokenizer)
+    return get_settings().tokenizer
+
+
+def _configured() -> tokenizers.Tokenizer:
+    return load_tokenizer(_configured_name())
 
 
 def count_tokens(text: str) -> int:
     """Tokens `text` adds to a prompt under the configured tokenizer."""
     if not text:
         return 0
-    return len(_configured().encode(text, add_special_tokens=False).ids)
+    return count_many([text])[0]
 
 
 def count_many(texts: Sequence[str]) -> list[int]:
-    """count_tokens for many texts in one call (parallel in Rust)."""
+    """count_tokens for many texts in one call (ASCII by the chunk, the rest in parallel
+    in Rust)."""
     if not texts:
         return []
-    encodings = _configured().encode_batch(list(texts), add_special_tokens=False)
-    return [len(e.ids) for e in encodings]
+    name = _configured_name()
+    counter = _word_counter(name)
+    counts: list[int] = [0] * len(texts)
+    rest: list[int] = []
+    if counter is None:
+        rest = list(range(len(texts)))
+    else:
+        split: list[list[str]] = []
+        split_at: list[int] = []
+        for index, text in enumerate(texts):
+            chunks = counter.chunks_of(text)
+            if chunks is None:
+                rest.append(index)
+            else:
+                split.append(chunks)
+                split_at.append(index)
+        for index, count in zip(split_at, counter.count(split), strict=True):
+            counts[index] = count
+    if rest:
+        encodings = load_tokenizer(name).encode_batch(
+            [texts[i] for i in rest], add_special_tokens=False
+        )
+        for index, encoding in zip(rest, encodings, strict=True):
+            counts[index] = len(encoding.ids)
+    return counts
 
 
 def truncate_to_tokens(text: str, budget: int) -> str:

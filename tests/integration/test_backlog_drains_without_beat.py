@@ -27,7 +27,7 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.keys import partition_of
-from app.layers.semantic import repository as semantic
+from app.layers.semantic import batches as semantic
 from app.services import extraction
 from app.services.attention import score_users
 from app.services.ingest import IngestService

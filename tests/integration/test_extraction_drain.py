@@ -12,7 +12,7 @@ import pytest
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
-from app.layers.semantic import repository as semantic
+from app.layers.semantic import batches as semantic
 from app.services import extraction
 from tests.integration.test_backlog_drains_without_beat import Ingest, batches, say, stored_turns
 

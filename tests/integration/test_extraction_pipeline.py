@@ -16,7 +16,7 @@ from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
 from app.extraction.factory import get_extractor
 from app.layers.episodic import attention as episodic_attention
-from app.layers.semantic import repository as semantic
+from app.layers.semantic import batches as semantic
 from app.layers.working.store import WorkingMemoryStore
 from app.services import extraction
 from app.services.attention import score_users

@@ -44,7 +44,7 @@ def entity(
             }
         ],
     )
-    return ids[canonicalize(name)]
+    return ids[(user, canonicalize(name))]
 
 
 def relate(

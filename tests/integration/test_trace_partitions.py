@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.db import nearest as nearest_module
 from app.db.session import unit_of_work
-from app.layers.episodic import repository as episodic
+from app.layers.episodic import claims
 from app.layers.episodic.models import TURN_PARTITIONS
 from app.layers.episodic.search import (
     TurnFilter,
@@ -161,7 +161,7 @@ def test_an_extraction_batch_reads_its_users_partition(tenant: str) -> None:
             ),
             {"id": batch, "t": tenant},
         )
-        claimed = episodic.claim_turns(
+        claimed = claims.claim_turns(
             session=session, tenant_id=tenant, user_id="user-3", batch_id=batch, limit=10
         )
     assert sorted(claimed) == sorted(ids["user-3"])
@@ -169,10 +169,58 @@ def test_an_extraction_batch_reads_its_users_partition(tenant: str) -> None:
         mine = _partition_of(session, "user-3")
     with unit_of_work(tenant) as session:
         before = _scans(session)
-        rows = episodic.batch_turns(session=session, batch_id=batch)
+        rows = claims.batch_turns(session=session, batch_id=batch)
         scanned = _scanned_since(session, before)
     assert [r.id for r in rows] == ids["user-3"]
     assert scanned == {mine}
+
+
+def test_a_call_of_batches_reads_their_users_partitions(tenant: str) -> None:
+    """Claiming for several users, and reading several batches' turns and the context
+    before them, each in one statement, touch the partitions of those users only."""
+    users = [f"user-{n}" for n in range(12)]
+    ids = _plant(tenant, users, per_user=4)
+    chosen = ["user-2", "user-7"]
+    batches = {user: uuid.uuid4() for user in chosen}
+    with unit_of_work(tenant) as session:
+        theirs = {_partition_of(session, user) for user in chosen}
+    with unit_of_work(tenant) as session:
+        before = _scans(session)
+        claimed = claims.claim_users_turns(
+            session=session,
+            tenant_id=tenant,
+            batches=[(user, batches[user]) for user in chosen],
+            limit=2,
+        )
+        claimed_scans = _scanned_since(session, before)
+        session.execute(
+            text(
+                "INSERT INTO semantic.extraction_batches (id, tenant_id, user_id, trigger)"
+                " SELECT b, :t, u, 'count' FROM unnest(CAST(:ids AS uuid[]),"
+                " CAST(:users AS text[])) AS r(b, u)"
+            ),
+            {"t": tenant, "ids": [batches[u] for u in chosen], "users": chosen},
+        )
+    assert {b: sorted(t) for b, t in claimed.items()} == {
+        batches[u]: sorted(ids[u][:2]) for u in chosen
+    }
+    with unit_of_work(tenant) as session:
+        before = _scans(session)
+        turns = claims.turns_of_batches(
+            session=session, tenant_id=tenant, batches=[(batches[u], u) for u in chosen]
+        )
+        context = claims.contexts_before(
+            session=session,
+            tenant_id=tenant,
+            points=[(u, T0 + timedelta(minutes=3)) for u in chosen],
+            limit=10,
+        )
+        read_scans = _scanned_since(session, before)
+    assert {b: [r.id for r in rows] for b, rows in turns.items()} == {
+        batches[u]: ids[u][:2] for u in chosen
+    }
+    assert [[r.id for r in rows] for rows in context] == [ids[u][2::-1] for u in chosen]
+    assert claimed_scans <= theirs and read_scans <= theirs
 
 
 def test_the_partition_count_is_the_migrations(tenant: str) -> None:

@@ -50,3 +50,28 @@ def test_a_model_familys_tokenizer_file_can_be_configured(tmp_path: Path) -> Non
 def test_a_missing_tokenizer_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TokenizerError, match="ENGRAM_TOKENIZER"):
         load_tokenizer(str(tmp_path / "nope.json"))
+
+
+def _tokenizer_count(text: str) -> int:
+    return len(load_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+ASCII_PIECES = st.sampled_from(
+    ["hello", "World", "unaffable", "9:30", "e-mail", "don't", "##ing", "[MASK]", "[mask]",
+     "[UNK]", "CLS", "x" * 101, "a" * 64, "\t", "\n", "\r", "\x0b", "\x1c", "\x00", "\x7f", " "]
+)  # fmt: skip
+
+
+@given(st.lists(ASCII_PIECES | st.text(st.characters(max_codepoint=127), max_size=8)))
+def test_ascii_text_counts_what_the_tokenizer_counts(pieces: list[str]) -> None:
+    """ASCII text is counted by the chunk from a cache: the count must stay the tokenizer's."""
+    texts = ["".join(pieces), " ".join(pieces), "".join(reversed(pieces))]
+    assert count_many(texts) == [_tokenizer_count(t) for t in texts]
+    assert count_tokens(texts[0]) == _tokenizer_count(texts[0])
+
+
+def test_a_full_cache_starts_afresh_and_counts_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "KEPT", 8)
+    texts = [f"word{n} and word{n % 3}, said user-{n}." for n in range(50)] + ["y" * 80]
+    assert count_many(texts) == [_tokenizer_count(t) for t in texts]
+    assert count_many(texts) == [_tokenizer_count(t) for t in texts]

@@ -23,16 +23,19 @@ _UPSERT_ENTITIES = text(
     " first_seen_at = LEAST(conceptual.entities.first_seen_at, excluded.first_seen_at),"
     " kind = CASE WHEN conceptual.entities.kind = 'thing' THEN excluded.kind"
     "  ELSE conceptual.entities.kind END"
-    " RETURNING canonical_name, id"
+    " RETURNING user_id, canonical_name, id"
 )
 
 
-def upsert_entities(*, session: Session, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Create or count entities (one per canonical name and user); returns canonical → id."""
+def upsert_entities(
+    *, session: Session, rows: Sequence[dict[str, Any]]
+) -> dict[tuple[str, str], Any]:
+    """Create or count entities (one per canonical name and user); returns (user, canonical)
+    → id."""
     if not rows:
         return {}
     result = session.execute(_UPSERT_ENTITIES, {"rows": json.dumps(list(rows), default=str)})
-    return {name: entity_id for name, entity_id in result}
+    return {(user, name): entity_id for user, name, entity_id in result}
 
 
 _INSERT_MENTIONS = text(

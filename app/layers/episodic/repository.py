@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, text, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session as DbSession
 from sqlalchemy.types import BigInteger
 
@@ -59,48 +59,6 @@ def sessions_around(
     ]
 
 
-def upsert_sessions(*, session: DbSession, tenant_id: str, spans: Sequence[SessionSpan]) -> None:
-    """Create new sessions and widen existing ones; replaying the same spans changes nothing."""
-    if not spans:
-        return
-    stmt = insert(Session).values(
-        [
-            {
-                "id": s.id,
-                "tenant_id": tenant_id,
-                "user_id": s.user_id,
-                "started_at": s.started_at,
-                "last_turn_at": s.last_turn_at,
-                "channels": sorted(s.channels),
-            }
-            for s in spans
-        ]
-    )
-    table = Session.__table__
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[table.c.id, table.c.tenant_id],
-        set_={
-            "started_at": func.least(table.c.started_at, stmt.excluded.started_at),
-            "last_turn_at": func.greatest(table.c.last_turn_at, stmt.excluded.last_turn_at),
-            "channels": text(
-                "ARRAY(SELECT DISTINCT c FROM unnest(episodic.sessions.channels "
-                "|| excluded.channels) AS c ORDER BY c)"
-            ),
-            "closed_at": text(
-                "CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at "
-                "THEN NULL ELSE episodic.sessions.closed_at END"
-            ),
-            # A session that grows is summarised again when it closes again.
-            "summary": text(
-                "CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at"
-                " OR excluded.started_at < episodic.sessions.started_at"
-                " THEN NULL ELSE episodic.sessions.summary END"
-            ),
-        },
-    )
-    session.execute(stmt)
-
-
 _TURN_COLUMNS = (
     ("id", "uuid"),
     ("tenant_id", "text"),
@@ -131,28 +89,77 @@ _EVENT_COLUMNS = (
 )
 
 
-def _insert_from_json(table: str, columns: Sequence[tuple[str, str]], returning: str) -> Any:
-    """INSERT … SELECT FROM jsonb_to_recordset(:rows) … ON CONFLICT DO NOTHING.
+_SESSION_COLUMNS = (
+    ("id", "uuid"),
+    ("tenant_id", "text"),
+    ("user_id", "text"),
+    ("started_at", "timestamptz"),
+    ("last_turn_at", "timestamptz"),
+    ("channels", "text[]"),
+)
+
+
+def _insert_from_json(
+    table: str, columns: Sequence[tuple[str, str]], conflict: str = "ON CONFLICT DO NOTHING"
+) -> str:
+    """INSERT … SELECT FROM jsonb_to_recordset(:rows) … ON CONFLICT ….
 
     The whole batch travels as one JSON document (serialised in C on our side, parsed in C by
     Postgres): one small statement whatever the batch size, and ~5x cheaper per row than
-    binding an array per column. Built from constant column lists, never from input.
+    binding an array per column (or compiling a VALUES row each). Built from constant
+    column lists, never from input.
     """
     names = ", ".join(name for name, _ in columns)
     types = ", ".join(f"{name} {kind}" for name, kind in columns)
-    return text(
+    return (
         f"INSERT INTO {table} ({names}) SELECT {names} "  # noqa: S608
-        f"FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({types}) "
-        f"ON CONFLICT DO NOTHING RETURNING {returning}"
+        f"FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r({types}) {conflict}"
     )
 
 
-_INSERT_TURNS = _insert_from_json("episodic.turns", _TURN_COLUMNS, "id, session_id")
-_INSERT_EVENTS = _insert_from_json("episodic.events", _EVENT_COLUMNS, "id")
+_INSERT_TURNS = text(
+    _insert_from_json("episodic.turns", _TURN_COLUMNS) + " RETURNING id, session_id"
+)
+_INSERT_EVENTS = text(_insert_from_json("episodic.events", _EVENT_COLUMNS) + " RETURNING id")
+# A session that grows is summarised again when it closes again.
+_UPSERT_SESSIONS = text(
+    _insert_from_json(
+        "episodic.sessions",
+        _SESSION_COLUMNS,
+        "ON CONFLICT (id, tenant_id) DO UPDATE SET"
+        " started_at = least(episodic.sessions.started_at, excluded.started_at),"
+        " last_turn_at = greatest(episodic.sessions.last_turn_at, excluded.last_turn_at),"
+        " channels = ARRAY(SELECT DISTINCT c FROM unnest(episodic.sessions.channels"
+        " || excluded.channels) AS c ORDER BY c),"
+        " closed_at = CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at"
+        " THEN NULL ELSE episodic.sessions.closed_at END,"
+        " summary = CASE WHEN excluded.last_turn_at > episodic.sessions.last_turn_at"
+        " OR excluded.started_at < episodic.sessions.started_at"
+        " THEN NULL ELSE episodic.sessions.summary END",
+    )
+)
 
 
 def _rows_json(rows: Sequence[dict[str, Any]]) -> str:
     return json.dumps(list(rows), default=str, ensure_ascii=False)
+
+
+def upsert_sessions(*, session: DbSession, tenant_id: str, spans: Sequence[SessionSpan]) -> None:
+    """Create new sessions and widen existing ones; replaying the same spans changes nothing."""
+    if not spans:
+        return
+    rows = [
+        {
+            "id": s.id,
+            "tenant_id": tenant_id,
+            "user_id": s.user_id,
+            "started_at": s.started_at,
+            "last_turn_at": s.last_turn_at,
+            "channels": sorted(s.channels),
+        }
+        for s in spans
+    ]
+    session.execute(_UPSERT_SESSIONS, {"rows": _rows_json(rows)})
 
 
 def insert_turns(
@@ -162,7 +169,7 @@ def insert_turns(
     if not rows:
         return []
     result = session.execute(_INSERT_TURNS, {"rows": _rows_json(rows)})
-    return [(r[0], r[1]) for r in result]
+    return [(r[0], r[1]) for r in result.all()]
 
 
 _MERGE_SESSIONS = (
@@ -236,162 +243,3 @@ def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
             {"ids": list(turn_ids)},
         )
     )
-
-
-def unextracted_counts(
-    *, session: DbSession, tenant_id: str, user_ids: Sequence[str]
-) -> dict[str, tuple[int, datetime]]:
-    """user → (turns not yet claimed for extraction, last arrival) for these users."""
-    rows = session.execute(
-        text(
-            "SELECT user_id, count(*), max(received_at) FROM episodic.turns"
-            " WHERE tenant_id = :tenant AND user_id = ANY(:users)"
-            " AND extraction_batch_id IS NULL AND salience IS NOT NULL GROUP BY user_id"
-        ),
-        {"tenant": tenant_id, "users": list(user_ids)},
-    )
-    return {r[0]: (int(r[1]), r[2]) for r in rows}
-
-
-def idle_unextracted_users(
-    *, session: DbSession, tenant_id: str, idle_before: datetime, limit: int
-) -> list[str]:
-    """Users with unclaimed turns whose newest turn arrived before `idle_before`."""
-    rows = session.execute(
-        text(
-            "SELECT user_id FROM episodic.turns WHERE tenant_id = :tenant"
-            " AND extraction_batch_id IS NULL AND salience IS NOT NULL GROUP BY user_id"
-            " HAVING max(received_at) < :before ORDER BY min(received_at) LIMIT :limit"
-        ),
-        {"tenant": tenant_id, "before": idle_before, "limit": limit},
-    )
-    return [r[0] for r in rows]
-
-
-def claim_turns(
-    *,
-    session: DbSession,
-    tenant_id: str,
-    user_id: str,
-    batch_id: uuid.UUID,
-    limit: int,
-    tail: int = 0,
-) -> list[uuid.UUID]:
-    """Claim up to `limit` oldest unclaimed, already scored turns of a user for one batch;
-    up to `tail` more when that empties the user (a remainder of at most `tail` turns, below
-    the N-turn trigger, would otherwise wait for the idle timeout).
-
-    Only scored turns: attention comes before extraction, and a claim never holds a turn that
-    a scoring task is about to lock.
-
-    `FOR UPDATE SKIP LOCKED` plus the `IS NULL` re-check make racing triggers claim disjoint
-    sets: a turn is extracted exactly once however many triggers fire together.
-    """
-    # Lock first, then update by primary key: as one `UPDATE … WHERE id IN (subquery)` a
-    # generic plan cached while the table was small re-ran the locking subquery once per
-    # unclaimed turn of the tenant (seconds per claim by the end of a large ingest).
-    # One row past `limit + tail` tells whether the remainder would still reach the trigger.
-    picked = [
-        r[0]
-        for r in session.execute(
-            text(
-                "SELECT id FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
-                " AND extraction_batch_id IS NULL AND salience IS NOT NULL"
-                " ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED"
-            ),
-            {"tenant": tenant_id, "user": user_id, "limit": limit + tail + 1 if tail else limit},
-        )
-    ]
-    if len(picked) > limit + tail:
-        picked = picked[:limit]  # the rows past `limit` stay locked until commit, unclaimed
-    if not picked:
-        return []
-    rows = session.execute(
-        text(
-            "UPDATE episodic.turns SET extraction_batch_id = :batch"
-            " WHERE tenant_id = :tenant AND user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
-            " AND extraction_batch_id IS NULL RETURNING id"
-        ),
-        {"batch": batch_id, "ids": picked, "tenant": tenant_id, "user": user_id},
-    )
-    return [r[0] for r in rows]
-
-
-def extraction_counts(*, session: DbSession, tenant_id: str, user_id: str) -> tuple[int, int, int]:
-    """(turns, unscored turns, scored turns not claimed yet) of one user; each count reads
-    its own index (the two partial ones for the second and third)."""
-    row = session.execute(
-        text(
-            "SELECT (SELECT count(*) FROM episodic.turns"
-            "  WHERE tenant_id = :tenant AND user_id = :user),"
-            " (SELECT count(*) FROM episodic.turns"
-            "  WHERE tenant_id = :tenant AND user_id = :user AND salience IS NULL),"
-            " (SELECT count(*) FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
-            "  AND extraction_batch_id IS NULL AND salience IS NOT NULL)"
-        ),
-        {"tenant": tenant_id, "user": user_id},
-    ).one()
-    return int(row[0]), int(row[1]), int(row[2])
-
-
-def unscored_counts(
-    *, session: DbSession, tenant_id: str, user_ids: Sequence[str]
-) -> dict[str, int]:
-    """user → turns not scored yet, for these users (users with none are left out)."""
-    rows = session.execute(
-        text(
-            "SELECT user_id, count(*) FROM episodic.turns WHERE tenant_id = :tenant"
-            " AND user_id = ANY(:users) AND salience IS NULL GROUP BY user_id"
-        ),
-        {"tenant": tenant_id, "users": list(user_ids)},
-    )
-    return {r[0]: int(r[1]) for r in rows}
-
-
-def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
-    """The turns of an extraction batch, oldest first, with their salience parts (read in
-    the partition of the batch's user)."""
-    return list(
-        session.execute(
-            text(
-                "SELECT t.id, t.user_id, t.session_id, t.external_id, t.role, t.speaker,"
-                " t.content, t.channel, t.occurred_at,"
-                " coalesce(t.emotional_intensity, 0) AS emotional_intensity,"
-                " coalesce(t.salience, 0) AS salience, t.agent_id"
-                " FROM episodic.turns AS t WHERE t.extraction_batch_id = :batch"
-                " AND t.user_id = (SELECT b.user_id FROM semantic.extraction_batches AS b"
-                " WHERE b.id = :batch) ORDER BY t.occurred_at, t.id"
-            ),
-            {"batch": batch_id},
-        )
-    )
-
-
-def context_before(
-    *, session: DbSession, tenant_id: str, user_id: str, before: datetime, limit: int
-) -> list[Any]:
-    """The user's turns just before `before` (newest first), for the extractor to read."""
-    return list(
-        session.execute(
-            text(
-                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
-                " occurred_at FROM episodic.turns WHERE tenant_id = :tenant AND user_id = :user"
-                " AND occurred_at < :before ORDER BY occurred_at DESC LIMIT :limit"
-            ),
-            {"tenant": tenant_id, "user": user_id, "before": before, "limit": limit},
-        )
-    )
-
-
-def users_with_unscored(
-    *, session: DbSession, tenant_id: str, received_before: datetime, limit: int
-) -> list[str]:
-    """Users whose turns wait for scoring since before `received_before` (a lost dispatch)."""
-    rows = session.execute(
-        text(
-            "SELECT DISTINCT user_id FROM episodic.turns WHERE tenant_id = :tenant"
-            " AND salience IS NULL AND received_at < :before LIMIT :limit"
-        ),
-        {"tenant": tenant_id, "before": received_before, "limit": limit},
-    )
-    return [r[0] for r in rows]

@@ -113,7 +113,8 @@ def assign_sessions(
     mapping: dict[uuid.UUID, uuid.UUID] = {}
     redirect: dict[uuid.UUID, uuid.UUID] = {}
     merged: dict[uuid.UUID, uuid.UUID] = {}
-    for turn in sorted(turns, key=lambda t: (t.user_id, t.occurred_at, str(t.id))):
+    # A UUID's integer orders as its text does (fixed-width hex), without formatting it.
+    for turn in sorted(turns, key=lambda t: (t.user_id, t.occurred_at, t.id.int)):
         spans = by_user.setdefault(turn.user_id, [])
         candidates = [s for s in spans if s.covers(turn.occurred_at, idle)]
         if candidates:

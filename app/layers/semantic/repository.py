@@ -1,11 +1,10 @@
-"""SQL for L3: extraction batches and memories. Set-based; never commits."""
+"""SQL for L3 memories (extraction batches: batches.py). Set-based; never commits."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -14,207 +13,95 @@ from sqlalchemy.orm import Session
 # Re-exported: the layers' callers import it from here.
 from app.db.nearest import vector_literal as vector_literal
 
-# -- extraction batches --------------------------------------------------------------------
 
-
-def create_batch(
-    *, session: Session, batch_id: uuid.UUID, tenant_id: str, user_id: str, trigger: str
-) -> None:
-    session.execute(
-        text(
-            "INSERT INTO semantic.extraction_batches (id, tenant_id, user_id, trigger)"
-            " VALUES (:id, :tenant, :user, :trigger)"
-        ),
-        {"id": batch_id, "tenant": tenant_id, "user": user_id, "trigger": trigger},
-    )
-
-
-def set_batch_turn_count(*, session: Session, batch_id: uuid.UUID, count: int) -> None:
-    session.execute(
-        text("UPDATE semantic.extraction_batches SET turn_count = :n WHERE id = :id"),
-        {"id": batch_id, "n": count},
-    )
-
-
-def get_batch(*, session: Session, batch_id: uuid.UUID, lock: bool = False) -> Any | None:
-    """The batch row; `lock` takes it for this transaction (skipping it if another has it)."""
-    query = (
-        "SELECT id, tenant_id, user_id, trigger, state, gems, attempts, error"
-        " FROM semantic.extraction_batches WHERE id = :id"
-    )
-    if lock:
-        query += " FOR UPDATE SKIP LOCKED"
-    return session.execute(text(query), {"id": batch_id}).first()
-
-
-def advance_batch(
-    *,
-    session: Session,
-    batch_id: uuid.UUID,
-    state: str,
-    gems: list[dict[str, Any]] | None = None,
-    error: str | None = None,
-    only_from: Sequence[str] | None = None,
-) -> None:
-    """Move a batch to `state` (and store its gems or its error); with `only_from`, only a
-    batch still in one of those states moves (a late duplicate step must not move a stored
-    batch back)."""
-    params: dict[str, Any] = {"id": batch_id, "state": state, "error": error}
-    sets = "state = :state, error = :error, updated_at = now()"
-    if gems is not None:
-        sets += ", gems = CAST(:gems AS jsonb), gem_count = :count"
-        params.update(gems=json.dumps(gems, default=str), count=len(gems))
-    where = "id = :id"
-    if only_from is not None:
-        where += " AND state = ANY(:only_from)"
-        params["only_from"] = list(only_from)
-    session.execute(
-        text(f"UPDATE semantic.extraction_batches SET {sets} WHERE {where}"),  # noqa: S608
-        params,
-    )
-
-
-def record_failure(*, session: Session, batch_id: uuid.UUID, error: str, max_attempts: int) -> None:
-    """Count a failed attempt; the batch keeps its state (beat retries it from there) until
-    `max_attempts`, when it is parked as 'failed' with its error for an operator."""
-    session.execute(
-        text(
-            "UPDATE semantic.extraction_batches SET attempts = attempts + 1, error = :error,"
-            " updated_at = now(), state = CASE WHEN attempts + 1 >= :max THEN 'failed'"
-            " ELSE state END WHERE id = :id"
-        ),
-        {"id": batch_id, "error": error[:4000], "max": max_attempts},
-    )
-
-
-def stale_batches(*, session: Session, older_than: datetime, max_attempts: int) -> list[Any]:
-    """Batches stuck or failed before `older_than`, still worth retrying (this tenant)."""
-    return list(
-        session.execute(
-            text(
-                "SELECT id, state FROM semantic.extraction_batches"
-                " WHERE state NOT IN ('stored', 'failed') AND updated_at < :before"
-                " AND attempts < :max"
-                " ORDER BY updated_at LIMIT 500"
-            ),
-            {"before": older_than, "max": max_attempts},
-        )
-    )
-
-
-def fresh_in_flight_counts(
-    *, session: Session, tenant_id: str, user_ids: Sequence[str], updated_after: datetime
-) -> dict[str, int]:
-    """user → batches on their way through the chain: not finished, no failed attempt, moved
-    since `updated_after` (older ones are stale, beat's to retry)."""
-    rows = session.execute(
-        text(
-            "SELECT user_id, count(*) FROM semantic.extraction_batches"
-            " WHERE tenant_id = :tenant AND user_id = ANY(:users)"
-            " AND state IN ('claimed', 'extracted', 'embedded') AND attempts = 0"
-            " AND updated_at > :after GROUP BY user_id"
-        ),
-        {"tenant": tenant_id, "users": list(user_ids), "after": updated_after},
-    )
-    return {r[0]: int(r[1]) for r in rows}
-
-
-def batch_counts(*, session: Session, tenant_id: str, user_id: str) -> tuple[int, int, int]:
-    """(unfinished batches, of which retrying after a failed attempt, batches parked as
-    'failed') of one user."""
-    row = session.execute(
-        text(
-            "SELECT count(*) FILTER (WHERE state IN ('claimed', 'extracted', 'embedded')),"
-            " count(*) FILTER (WHERE state IN ('claimed', 'extracted', 'embedded')"
-            "  AND attempts > 0),"
-            " count(*) FILTER (WHERE state = 'failed')"
-            " FROM semantic.extraction_batches WHERE tenant_id = :tenant AND user_id = :user"
-        ),
-        {"tenant": tenant_id, "user": user_id},
-    ).one()
-    return int(row[0]), int(row[1]), int(row[2])
-
-
-def users_of_batches(*, session: Session, batch_ids: Sequence[uuid.UUID]) -> list[str]:
-    """The users these batches belong to (under the current tenant scope), sorted."""
-    if not batch_ids:
-        return []
-    rows = session.execute(
-        text(
-            "SELECT DISTINCT user_id FROM semantic.extraction_batches"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) ORDER BY user_id"
-        ),
-        {"ids": list(batch_ids)},
-    )
-    return [r[0] for r in rows]
+def vector_array(literals: Sequence[str]) -> str:
+    """Vector literals as one `vector[]` literal: one string to send, where a list param is
+    scanned for quoting element by element (vector literals hold no quote or backslash)."""
+    return "{" + ",".join(f'"{literal}"' for literal in literals) + "}"
 
 
 # -- memories ------------------------------------------------------------------------------
 
 
 def cited_turns(
-    *, session: Session, tenant_id: str, user_id: str, ids: Sequence[Any], hashes: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Source turns of the memories these gems would reinforce: by id (near-duplicates) and
-    by content hash (exact twins, merged by the insert)."""
+    *,
+    session: Session,
+    tenant_id: str,
+    ids: Sequence[tuple[Any, str]],
+    hashes: Sequence[tuple[str, str]],
+) -> tuple[dict[str, list[str]], dict[tuple[str, str], list[str]]]:
+    """Source turns of the memories these gems would reinforce: by id (near-duplicates, as
+    (memory id, its user)) and by (user, content hash) (exact twins, merged by the insert).
+    A memory found both ways gives one list, shared by both views."""
     if not ids and not hashes:
         return {}, {}
     rows = session.execute(
         text(
-            "SELECT id, content_hash, source_turn_ids FROM semantic.memories"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) AND tenant_id = :tenant AND user_id = :user"
-            " UNION SELECT id, content_hash, source_turn_ids FROM semantic.memories"
-            " WHERE tenant_id = :tenant AND user_id = :user AND content_hash = ANY(:hashes)"
+            "SELECT m.* FROM unnest(CAST(:ids AS uuid[]), CAST(:id_users AS text[])) AS k(id, u)"
+            " CROSS JOIN LATERAL (SELECT id, user_id, content_hash, source_turn_ids"
+            "  FROM semantic.memories WHERE id = k.id AND tenant_id = :tenant AND user_id = k.u"
+            "  OFFSET 0) AS m"
+            " UNION SELECT m.* FROM unnest(CAST(:users AS text[]), CAST(:hashes AS text[]))"
+            " AS k(u, h) CROSS JOIN LATERAL (SELECT id, user_id, content_hash, source_turn_ids"
+            "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = k.u"
+            "  AND content_hash = k.h OFFSET 0) AS m"
         ),
-        {"tenant": tenant_id, "user": user_id, "ids": [str(i) for i in ids], "hashes": hashes},
+        {
+            "tenant": tenant_id,
+            "ids": [str(i) for i, _ in ids],
+            "id_users": [u for _, u in ids],
+            "users": [u for u, _ in hashes],
+            "hashes": [h for _, h in hashes],
+        },
     )
     by_id: dict[str, list[str]] = {}
-    by_hash: dict[str, list[str]] = {}
-    for memory_id, digest, sources in rows:
+    by_hash: dict[tuple[str, str], list[str]] = {}
+    for memory_id, user_id, digest, sources in rows:
         cited = [str(s) for s in sources or []]
-        by_id[str(memory_id)] = by_hash[digest] = cited
+        by_id[str(memory_id)] = by_hash[(user_id, digest)] = cited
     return by_id, by_hash
+
+
+Neighbour = tuple[uuid.UUID, float, float, str | None, str | None, str]
 
 
 def nearest_per_vector(
     *,
     session: Session,
     tenant_id: str,
-    user_id: str,
-    vectors: Sequence[Sequence[float]],
-    texts: Sequence[str] | None = None,
+    scopes: Sequence[tuple[str, str | None]],
+    vectors: Sequence[str],
+    texts: Sequence[str],
     k: int = 3,
-    agent_id: str | None = None,
-) -> list[list[tuple[uuid.UUID, float, float, str | None, str | None, str]]]:
-    """For each vector: the k nearest current memories of the user in one agent scope (the
-    user's level when `agent_id` is None), as
+) -> list[list[Neighbour]]:
+    """For each vector (a pgvector literal) and its (user, agent) scope: the k nearest current
+    memories of that user in that agent scope (the user's level when the agent is None), as
     (id, cosine similarity, trigram similarity to the matching text, subject, value, content).
 
-    One statement for the whole batch (LATERAL over the HNSW index)."""
+    One statement for every scope of a store (LATERAL over the HNSW index)."""
     if not vectors:
         return []
-    result: list[list[tuple[uuid.UUID, float, float, str | None, str | None, str]]] = [
-        [] for _ in vectors
-    ]
+    result: list[list[Neighbour]] = [[] for _ in vectors]
     rows = session.execute(
         text(
             "SELECT g.n, m.id, 1 - (m.embedding <=> g.v) AS cosine,"
             " similarity(m.content, g.t) AS trigram, m.subject, m.value, m.content"
-            " FROM unnest(CAST(:vectors AS vector[]), CAST(:texts AS text[]))"
-            " WITH ORDINALITY AS g(v, t, n)"
+            " FROM unnest(CAST(:users AS text[]), CAST(:agents AS text[]),"
+            "  CAST(:vectors AS vector[]), CAST(:texts AS text[]))"
+            " WITH ORDINALITY AS g(u, a, v, t, n)"
             " CROSS JOIN LATERAL (SELECT id, embedding, content, subject, value"
-            "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = :user"
-            "  AND agent_id IS NOT DISTINCT FROM CAST(:agent AS text)"
+            "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = g.u"
+            "  AND agent_id IS NOT DISTINCT FROM g.a"
             "  AND valid_to IS NULL AND archived_at IS NULL AND embedding IS NOT NULL"
             "  ORDER BY embedding <=> g.v LIMIT :k) AS m"
         ),
         {
-            "vectors": [vector_literal(v) for v in vectors],
-            "texts": list(texts) if texts is not None else [""] * len(vectors),
+            "users": [u for u, _ in scopes],
+            "agents": [a for _, a in scopes],
+            "vectors": vector_array(vectors),
+            "texts": list(texts),
             "tenant": tenant_id,
-            "user": user_id,
             "k": k,
-            "agent": agent_id,
         },
     )
     for n, memory_id, cosine, trigram, subject, value, content in rows:
@@ -225,26 +112,30 @@ def nearest_per_vector(
 
 
 def current_by_subject(
-    *,
-    session: Session,
-    tenant_id: str,
-    user_id: str,
-    subjects: Sequence[str],
-    agent_id: str | None = None,
+    *, session: Session, tenant_id: str, keys: Sequence[tuple[str, str | None, str]]
 ) -> list[Any]:
-    """Current (not superseded) memories of the user holding these subjects, in one agent
-    scope (a contradiction in one agent's map does not close another's memory)."""
-    if not subjects:
+    """Current (not superseded) memories holding these (user, agent, subject) keys: one
+    agent scope's contradiction does not close another's memory. Each key is looked up on
+    its own (`OFFSET 0` keeps the LATERAL a subquery, never a join over the tenant)."""
+    if not keys:
         return []
     return list(
         session.execute(
             text(
-                "SELECT id, subject, value, occurred_at FROM semantic.memories"
-                " WHERE tenant_id = :tenant AND user_id = :user AND subject = ANY(:subjects)"
-                " AND agent_id IS NOT DISTINCT FROM CAST(:agent AS text)"
-                " AND valid_to IS NULL AND subject IS NOT NULL"
+                "SELECT m.* FROM unnest(CAST(:users AS text[]), CAST(:agents AS text[]),"
+                "  CAST(:subjects AS text[])) AS k(u, a, s)"
+                " CROSS JOIN LATERAL (SELECT id, user_id, agent_id, subject, value, occurred_at"
+                "  FROM semantic.memories WHERE tenant_id = :tenant AND user_id = k.u"
+                "  AND subject = k.s AND agent_id IS NOT DISTINCT FROM k.a"
+                "  AND valid_to IS NULL AND subject IS NOT NULL OFFSET 0) AS m"
+                " ORDER BY m.occurred_at, m.id"
             ),
-            {"tenant": tenant_id, "user": user_id, "subjects": list(subjects), "agent": agent_id},
+            {
+                "tenant": tenant_id,
+                "users": [u for u, _, _ in keys],
+                "agents": [a for _, a, _ in keys],
+                "subjects": [s for _, _, s in keys],
+            },
         )
     )
 
@@ -293,19 +184,20 @@ _INSERT_MEMORIES = text(
     " source_turn_ids = ARRAY(SELECT DISTINCT unnest(semantic.memories.source_turn_ids"
     "  || excluded.source_turn_ids)),"
     " updated_at = now()"
-    " RETURNING id, content_hash, (xmax = 0) AS inserted"
+    " RETURNING id, user_id, content_hash, (xmax = 0) AS inserted"
 )
 
 
 def insert_memories(
     *, session: Session, rows: Sequence[dict[str, Any]]
-) -> dict[str, tuple[Any, bool]]:
-    """Insert gems as memories; content hash → (id, inserted?) (False: reinforced a twin)."""
+) -> dict[tuple[str, str], tuple[Any, bool]]:
+    """Insert gems as memories; (user, content hash) → (id, inserted?) (False: reinforced a
+    twin). `embedding` is the vector's pgvector literal."""
     if not rows:
         return {}
     document = json.dumps(list(rows), default=str, ensure_ascii=False)
     result = session.execute(_INSERT_MEMORIES, {"rows": document})
-    return {r[1]: (r[0], bool(r[2])) for r in result}
+    return {(r[1], r[2]): (r[0], bool(r[3])) for r in result}
 
 
 _REINFORCE = text(
@@ -340,9 +232,10 @@ def supersede(*, session: Session, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def max_similarity_per_vector(
-    *, session: Session, tenant_id: str, user_ids: Sequence[str], vectors: Sequence[Sequence[float]]
+    *, session: Session, tenant_id: str, user_ids: Sequence[str], vectors: Sequence[str]
 ) -> list[float | None]:
-    """For each (user, vector): cosine similarity of the user's nearest memory, or None."""
+    """For each (user, vector as a pgvector literal): cosine similarity of the user's
+    nearest memory, or None."""
     if not vectors:
         return []
     rows = session.execute(
@@ -357,7 +250,7 @@ def max_similarity_per_vector(
         {
             "tenant": tenant_id,
             "users": list(user_ids),
-            "vectors": [vector_literal(v) for v in vectors],
+            "vectors": vector_array(vectors),
         },
     )
     found: list[float | None] = [None] * len(vectors)

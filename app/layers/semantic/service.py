@@ -83,12 +83,44 @@ class StoredGems:
 
 
 @dataclass
+class GemScope:
+    """One user's gems in one agent scope (`agent_id` None: the user's level), as a batch
+    stores them: near-duplicates and contradictions are looked for in that scope only."""
+
+    user_id: str
+    batch_id: uuid.UUID
+    extractor: str
+    gems: Sequence[Gem]
+    vectors: Sequence[Sequence[float]]
+    turn_scores: dict[str, tuple[float, float]]
+    session_of_turn: dict[str, Any]
+    channel_of_turn: dict[str, str] | None = None
+    agent_id: str | None = None
+    shared: bool = False
+
+
+@dataclass
 class _Pending:
     gem: Gem
     vector: Sequence[float]
     sources: list[str]
     row: int  # its position in the batch's similarity matrix
     generic: bool = False  # says nothing storable: never a near-duplicate (module docstring)
+    literal: str = ""  # the vector as pgvector text, formatted once for the read and the insert
+
+
+@dataclass
+class _Plan:
+    """One scope's decisions before the writes."""
+
+    scope: GemScope
+    pending: list[_Pending]
+    matches: list[tuple[_Pending, Any]] = field(default_factory=list)
+    new_rows: list[dict[str, Any]] = field(default_factory=list)
+    new_gems: list[Gem] = field(default_factory=list)
+    supersede_rows: list[dict[str, Any]] = field(default_factory=list)
+    by_match: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stored: StoredGems = field(default_factory=StoredGems)
 
 
 def cite(cited: Sequence[str], more: Sequence[str], limit: int = MAX_SOURCE_TURNS) -> list[str]:
@@ -121,13 +153,95 @@ def store_gems(
 ) -> StoredGems:
     """Store one agent scope's gems (`agent_id` None: the user's level): near-duplicates and
     contradictions are looked for in that scope only, so scopes never merge."""
-    stored = StoredGems()
-    # 1. Within the batch: a gem close to an earlier one only adds its sources to it.
-    # All pairwise cosines in one product (vectors are unit length): the pure-Python pair loop
-    # was 14 % of a store worker's time at ~30 gems per batch.
-    similar = _cosines(vectors) >= settings.dedup_cosine
+    scope = GemScope(
+        user_id,
+        batch_id,
+        extractor,
+        gems,
+        vectors,
+        turn_scores,
+        session_of_turn,
+        channel_of_turn,
+        agent_id,
+        shared,
+    )
+    return store_scopes(session=session, settings=settings, tenant_id=tenant_id, scopes=[scope])[0]
+
+
+def store_scopes(
+    *, session: Session, settings: Settings, tenant_id: str, scopes: Sequence[GemScope]
+) -> list[StoredGems]:
+    """Store many scopes' gems with one statement per kind of read and write, as if each were
+    stored alone: scopes never see each other's rows (another user's, another agent's), so
+    reading before any of them writes decides the same. No two scopes may hold the same user
+    and agent (the second would miss the first's memories)."""
+    plans = [_Plan(scope, _dedupe_batch(settings, scope)) for scope in scopes]
+    items = [(plan, p) for plan in plans for p in plan.pending]
+
+    # 2. Against stored memories: near-duplicates reinforce; same subject+value reinforces.
+    nearest = repository.nearest_per_vector(
+        session=session,
+        tenant_id=tenant_id,
+        scopes=[(plan.scope.user_id, plan.scope.agent_id) for plan, _ in items],
+        vectors=[p.literal for _, p in items],
+        texts=[p.gem.content for _, p in items],
+    )
+    keys = sorted(
+        {
+            (plan.scope.user_id, plan.scope.agent_id, p.gem.subject)
+            for plan, p in items
+            if p.gem.subject
+        },
+        key=lambda k: (k[0], k[1] or "", k[2]),
+    )
+    by_subject: dict[tuple[str, str | None, str], list[Any]] = {}
+    for row in repository.current_by_subject(session=session, tenant_id=tenant_id, keys=keys):
+        by_subject.setdefault((row.user_id, row.agent_id, row.subject), []).append(row)
+    at = 0
+    for plan in plans:
+        found = nearest[at : at + len(plan.pending)]
+        at += len(plan.pending)
+        scope = plan.scope
+        _decide(settings, tenant_id, plan, found, by_subject, (scope.user_id, scope.agent_id))
+
+    # Reinforcing adds only the turns a memory can still cite (MAX_SOURCE_TURNS); so does an
+    # exact twin of a stored memory, which the insert merges into it.
+    cited_by_id, cited_by_hash = repository.cited_turns(
+        session=session,
+        tenant_id=tenant_id,
+        ids=[(m, plan.scope.user_id) for plan in plans for _, m in plan.matches],
+        hashes=[(plan.scope.user_id, r["content_hash"]) for plan in plans for r in plan.new_rows],
+    )
+    for plan in plans:
+        _cite_repeats(plan, cited_by_id, cited_by_hash)
+    repository.reinforce(
+        session=session, rows=[row for plan in plans for row in plan.by_match.values()]
+    )
+    results = repository.insert_memories(
+        session=session, rows=[row for plan in plans for row in plan.new_rows]
+    )
+    supersede_rows: list[dict[str, Any]] = []
+    for plan in plans:
+        stored = plan.stored
+        for row, gem in zip(plan.new_rows, plan.new_gems, strict=True):
+            memory_id, inserted = results[(plan.scope.user_id, row["content_hash"])]
+            (stored.created if inserted else stored.reinforced).append((memory_id, gem))
+        # Only rows actually inserted may supersede (an exact twin reinforced an old row).
+        created_ids = {memory_id for memory_id, _ in stored.created}
+        rows = [r for r in plan.supersede_rows if r["new_id"] in created_ids]
+        stored.superseded = len({r["id"] for r in rows})
+        supersede_rows += rows
+    repository.supersede(session=session, rows=supersede_rows)
+    return [plan.stored for plan in plans]
+
+
+def _dedupe_batch(settings: Settings, scope: GemScope) -> list[_Pending]:
+    """1. Within the batch: a gem close to an earlier one only adds its sources to it.
+    All pairwise cosines in one product (vectors are unit length): the pure-Python pair loop
+    was 14 % of a store worker's time at ~30 gems per batch."""
+    similar = _cosines(scope.vectors) >= settings.dedup_cosine
     pending: list[_Pending] = []
-    for row, (gem, vector) in enumerate(zip(gems, vectors, strict=True)):
+    for row, (gem, vector) in enumerate(zip(scope.gems, scope.vectors, strict=True)):
         generic = says_nothing(gem.original or gem.content)
         twin = next(
             (
@@ -147,34 +261,27 @@ def store_gems(
             twin.sources = cite(twin.sources, gem.source_turn_ids)
             continue
         sources = cite([], gem.source_turn_ids)
-        pending.append(_Pending(gem, vector, sources, row, generic))
+        pending.append(
+            _Pending(gem, vector, sources, row, generic, repository.vector_literal(vector))
+        )
+    return pending
 
-    # 2. Against stored memories: near-duplicates reinforce; same subject+value reinforces.
-    nearest = repository.nearest_per_vector(
-        session=session,
-        tenant_id=tenant_id,
-        user_id=user_id,
-        vectors=[p.vector for p in pending],
-        texts=[p.gem.content for p in pending],
-        agent_id=agent_id,
-    )
-    subjects = sorted({p.gem.subject for p in pending if p.gem.subject})
-    current = repository.current_by_subject(
-        session=session, tenant_id=tenant_id, user_id=user_id, subjects=subjects, agent_id=agent_id
-    )
-    by_subject: dict[str, list[Any]] = {}
-    for row in current:
-        by_subject.setdefault(row.subject, []).append(row)
 
-    matches: list[tuple[_Pending, Any]] = []
-    new_rows: list[dict[str, Any]] = []
-    new_gems: list[Gem] = []
-    supersede_rows: list[dict[str, Any]] = []
-    for item, neighbours in zip(pending, nearest, strict=True):
+def _decide(
+    settings: Settings,
+    tenant_id: str,
+    plan: _Plan,
+    nearest: Sequence[Sequence[repository.Neighbour]],
+    current: dict[tuple[str, str | None, str], list[Any]],
+    scope_key: tuple[str, str | None],
+) -> None:
+    """Each pending gem of a scope: reinforces a match, merges into a twin, or is new (and
+    supersedes the scope's current memories of its subject with another value)."""
+    scope = plan.scope
+    for item, neighbours in zip(plan.pending, nearest, strict=True):
         gem = item.gem
-        same_value = [
-            r for r in by_subject.get(gem.subject or "", []) if (r.value or "") == (gem.value or "")
-        ]
+        of_subject = current.get((*scope_key, gem.subject), []) if gem.subject else []
+        same_value = [r for r in of_subject if (r.value or "") == (gem.value or "")]
         match = next(
             (
                 memory_id
@@ -190,90 +297,81 @@ def store_gems(
             same_value[0].id if same_value else None,
         )
         if match is not None:
-            matches.append((item, match))
+            plan.matches.append((item, match))
             continue
-        digest = content_hash(gem.content, agent_id)
-        twin_row = next((r for r in new_rows if r["content_hash"] == digest), None)
+        digest = content_hash(gem.content, scope.agent_id)
+        twin_row = next((r for r in plan.new_rows if r["content_hash"] == digest), None)
         if twin_row is not None:  # same text twice in one batch (below the cosine cut-off)
             twin_row["source_turn_ids"] = cite(twin_row["source_turn_ids"], item.sources)
             continue
         memory_id = uuid.uuid4()
-        for old in by_subject.get(gem.subject or "", []):
+        for old in of_subject:
             if (old.value or "") != (gem.value or "") and old.occurred_at <= gem.occurred_at:
-                supersede_rows.append(
+                plan.supersede_rows.append(
                     {"id": old.id, "new_id": memory_id, "valid_to": gem.occurred_at}
                 )
-        emotional, salience = max(
-            (turn_scores.get(t, (0.0, 0.0)) for t in item.sources), default=(0.0, 0.0)
-        )
-        new_rows.append(
-            {
-                "id": memory_id,
-                "tenant_id": tenant_id,
-                "user_id": user_id,
-                "agent_id": agent_id,
-                "shared": shared,
-                "kind": gem.kind,
-                "content": gem.content,
-                "summary": gem.summary,
-                "topics": list(gem.topics),
-                "tags": sorted({gem.kind, *gem.tags}),
-                "importance": min(1.0, max(0.0, gem.importance)),
-                "emotional_intensity": emotional,
-                "salience": salience,
-                "occurred_at": gem.occurred_at,
-                "valid_from": gem.occurred_at,
-                "session_id": session_of_turn.get(item.sources[0]) if item.sources else None,
-                "source_turn_ids": item.sources,
-                "content_hash": digest,
-                "original": gem.original,
-                "subject": gem.subject,
-                "value": gem.value,
-                "extractor": extractor,
-                "extraction_batch_id": batch_id,
-                "metadata": gem.metadata,
-                "embedding": repository.vector_literal(item.vector),
-                "channel": gem.channel
-                or (channel_of_turn or {}).get(item.sources[0] if item.sources else "", None),
-            }
-        )
-        new_gems.append(gem)
+        plan.new_rows.append(_memory_row(tenant_id, scope, item, memory_id, digest))
+        plan.new_gems.append(gem)
 
-    # Reinforcing adds only the turns a memory can still cite (MAX_SOURCE_TURNS); so does an
-    # exact twin of a stored memory, which the insert merges into it.
-    cited_by_id, cited_by_hash = repository.cited_turns(
-        session=session,
-        tenant_id=tenant_id,
-        user_id=user_id,
-        ids=[m for _, m in matches],
-        hashes=[r["content_hash"] for r in new_rows],
+
+def _memory_row(
+    tenant_id: str, scope: GemScope, item: _Pending, memory_id: uuid.UUID, digest: str
+) -> dict[str, Any]:
+    gem = item.gem
+    emotional, salience = max(
+        (scope.turn_scores.get(t, (0.0, 0.0)) for t in item.sources), default=(0.0, 0.0)
     )
-    # One row per memory (an UPDATE … FROM applies only one of several rows for the same
-    # id); `cited` grows as rows are planned, shared by the id and hash views of a memory.
-    by_match: dict[str, dict[str, Any]] = {}
-    for item, match in matches:
+    first = item.sources[0] if item.sources else None
+    return {
+        "id": memory_id,
+        "tenant_id": tenant_id,
+        "user_id": scope.user_id,
+        "agent_id": scope.agent_id,
+        "shared": scope.shared,
+        "kind": gem.kind,
+        "content": gem.content,
+        "summary": gem.summary,
+        "topics": list(gem.topics),
+        "tags": sorted({gem.kind, *gem.tags}),
+        "importance": min(1.0, max(0.0, gem.importance)),
+        "emotional_intensity": emotional,
+        "salience": salience,
+        "occurred_at": gem.occurred_at,
+        "valid_from": gem.occurred_at,
+        "session_id": scope.session_of_turn.get(first) if first else None,
+        "source_turn_ids": item.sources,
+        "content_hash": digest,
+        "original": gem.original,
+        "subject": gem.subject,
+        "value": gem.value,
+        "extractor": scope.extractor,
+        "extraction_batch_id": scope.batch_id,
+        "metadata": gem.metadata,
+        "embedding": item.literal,
+        "channel": gem.channel or (scope.channel_of_turn or {}).get(first or "", None),
+    }
+
+
+def _cite_repeats(
+    plan: _Plan,
+    cited_by_id: dict[str, list[str]],
+    cited_by_hash: dict[tuple[str, str], list[str]],
+) -> None:
+    """One reinforce row per matched memory (an UPDATE … FROM applies only one of several
+    rows for the same id); `cited` grows as rows are planned, shared by the id and hash views
+    of a memory."""
+    for item, match in plan.matches:
         cited = cited_by_id.setdefault(str(match), [])
         fresh = [s for s in cite(cited, item.sources) if s not in cited]
         cited += fresh
-        row = by_match.setdefault(
+        row = plan.by_match.setdefault(
             str(match), {"id": match, "importance": 0.0, "source_turn_ids": []}
         )
         row["importance"] = max(row["importance"], item.gem.importance)
         row["source_turn_ids"] += fresh
-        stored.reinforced.append((match, item.gem))
-    for row in new_rows:
-        cited = cited_by_hash.get(row["content_hash"])
+        plan.stored.reinforced.append((match, item.gem))
+    for row in plan.new_rows:
+        cited = cited_by_hash.get((plan.scope.user_id, row["content_hash"]))
         if cited is not None:
             more = cite(cited, row["source_turn_ids"])
             row["source_turn_ids"] = [s for s in more if s not in cited]
-    repository.reinforce(session=session, rows=list(by_match.values()))
-    results = repository.insert_memories(session=session, rows=new_rows)
-    for row, gem in zip(new_rows, new_gems, strict=True):
-        memory_id, inserted = results[row["content_hash"]]
-        (stored.created if inserted else stored.reinforced).append((memory_id, gem))
-    # Only rows actually inserted may supersede (an exact twin reinforced an old row instead).
-    created_ids = {memory_id for memory_id, _ in stored.created}
-    supersede_rows = [r for r in supersede_rows if r["new_id"] in created_ids]
-    repository.supersede(session=session, rows=supersede_rows)
-    stored.superseded = len({r["id"] for r in supersede_rows})
-    return stored

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _quote
 
 import redis
 
@@ -71,6 +72,10 @@ return {evicted + late, redis.call('LLEN', KEYS[3])}
 """
 
 
+# json.dumps(member, sort_keys=True, ensure_ascii=False, separators=(",", ":")), by hand.
+_MEMBER = '{"at":%s,"channel":%s,"content":%s,"id":%s,"role":%s,"speaker":%s,"tokens":%d}'
+
+
 @dataclass(frozen=True)
 class WorkingTurn:
     id: str
@@ -82,19 +87,16 @@ class WorkingTurn:
     at: datetime
 
     def member(self) -> str:
-        return json.dumps(
-            {
-                "id": self.id,
-                "role": self.role,
-                "speaker": self.speaker,
-                "channel": self.channel,
-                "content": self.content,
-                "tokens": self.tokens,
-                "at": self.at.isoformat(),
-            },
-            sort_keys=True,
-            ensure_ascii=False,
-            separators=(",", ":"),
+        """The turn as compact JSON with sorted keys (the sorted set's member), written out
+        field by field: every ingested turn is one, and a general encoder costs twice as much."""
+        return _MEMBER % (
+            _quote(self.at.isoformat()),
+            _quote(self.channel),
+            _quote(self.content),
+            _quote(self.id),
+            _quote(self.role),
+            _quote(self.speaker),
+            self.tokens,
         )
 
     @classmethod
