@@ -90,7 +90,7 @@ def _score_pass(
             return result
         rows, winners, passage_rows = _score(session, settings, embedder, tenant_id, turns)
         scoring.save_passages(session=session, tenant_id=tenant_id, rows=passage_rows)
-        scoring.save_attention(session=session, rows=rows)
+        scoring.save_attention(session=session, tenant_id=tenant_id, rows=rows)
     result.scored = len(rows)
     result.consolidate = len(winners)
     result.forget = sum(1 for r in rows if r["attention"] == "forget")

@@ -35,6 +35,9 @@ from app.services.ingest import user_lock_key
 
 _log = logging.getLogger(__name__)
 
+# Batches stored in one transaction at most (see _rounds).
+ROUND_SIZE = 32
+
 
 def store(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
     """Gems → L3 (dedupe, reinforce, supersede) and L4 (entities): a transaction per round
@@ -86,9 +89,10 @@ def _vectors_ahead(
     return vectors
 
 
-def _rounds(batches: list[Any]) -> list[list[Any]]:
+def _rounds(batches: list[Any], size: int = ROUND_SIZE) -> list[list[Any]]:
     """At most one batch per user in a round: a user's two batches stored together would
-    each miss the other's near-duplicates."""
+    each miss the other's near-duplicates. At most `size` batches: a round holds its users'
+    advisory locks, which ingest for those users waits on."""
     rounds: list[list[Any]] = []
     taken: dict[str, int] = {}
     for batch in batches:
@@ -97,7 +101,7 @@ def _rounds(batches: list[Any]) -> list[list[Any]]:
         if at == len(rounds):
             rounds.append([])
         rounds[at].append(batch)
-    return rounds
+    return [r[start : start + size] for r in rounds for start in range(0, len(r), size)]
 
 
 def _store_round(

@@ -112,10 +112,10 @@ class _AsciiWordPiece:
         if not text.isascii():
             return None
         lowered = text.lower()
-        if self.added is not None and self.added.search(lowered):
-            return None
         if _CONTROLS.search(lowered):
             lowered = _CONTROLS.sub("", lowered)
+        if self.added is not None and self.added.search(lowered):
+            return None
         return lowered.split()
 
     def count(self, texts: Sequence[list[str]]) -> list[int]:

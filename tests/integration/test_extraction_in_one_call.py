@@ -185,3 +185,41 @@ def test_a_bad_batch_fails_alone(settings: Settings, redis_client: Any, tenant: 
                 assert row.error
             else:
                 assert (row.state, row.attempts) == ("stored", 0)
+
+
+def test_a_failure_charged_to_a_stored_batch_leaves_it_stored(
+    settings: Settings, redis_client: Any, tenant: str
+) -> None:
+    """A redelivered call holds batches stored already; a failed read of the whole call
+    must not park them as failed (their memories exist)."""
+    embedder = get_embedder(settings, redis_client)
+    _ingest(settings, redis_client, tenant)
+    refs = extraction.claim(settings, tenant, {"ana": "idle", "bo": "idle", "cy": "idle"})
+    extraction.extract(settings, get_extractor(settings), refs)
+    extraction.embed(settings, embedder, refs)
+    extraction.store(settings, embedder, refs)
+    stored = uuid.UUID(refs[0][1])
+    with unit_of_work(tenant) as session:
+        for _ in range(3):
+            semantic.record_failure(
+                session=session, batch_id=stored, error="read failed", max_attempts=1
+            )
+    with unit_of_work(tenant) as session:
+        row = semantic.get_batch(session=session, batch_id=stored)
+    assert (row.state, row.attempts) == ("stored", 0)
+
+
+def test_a_round_holds_one_batch_per_user_and_at_most_round_size() -> None:
+    from types import SimpleNamespace
+
+    from app.services.extraction_store import _rounds
+
+    batches = [SimpleNamespace(user_id=f"u{n % 40}", n=n) for n in range(100)]
+    rounds = _rounds(batches, size=32)
+    assert sorted(b.n for r in rounds for b in r) == list(range(100))
+    for r in rounds:
+        assert len(r) <= 32
+        assert len({b.user_id for b in r}) == len(r)
+    order = {b.n: i for i, r in enumerate(rounds) for b in r}
+    for n in range(60):  # a user's later batch is in a later round
+        assert order[n] < order[n + 40]

@@ -58,7 +58,8 @@ def _tokenizer_count(text: str) -> int:
 
 ASCII_PIECES = st.sampled_from(
     ["hello", "World", "unaffable", "9:30", "e-mail", "don't", "##ing", "[MASK]", "[mask]",
-     "[UNK]", "CLS", "x" * 101, "a" * 64, "\t", "\n", "\r", "\x0b", "\x1c", "\x00", "\x7f", " "]
+     "[MA\x01SK]", "[UNK]", "CLS", "x" * 101, "a" * 64, "\t", "\n", "\r", "\x0b", "\x1c",
+     "\x00", "\x7f", " "]
 )  # fmt: skip
 
 

@@ -42,7 +42,8 @@ _SAVE_ATTENTION = text(
     " FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(id uuid, emotional_intensity float8,"
     " connection_relevance float8, novelty float8, salience float8, attention text,"
     " user_id text)"
-    " WHERE t.id = r.id AND t.user_id = r.user_id AND t.salience IS NULL"
+    " WHERE t.id = r.id AND t.tenant_id = :tenant AND t.user_id = r.user_id"
+    " AND t.salience IS NULL"
 )
 
 # The turn's time and channel travel with each passage (turns never change), so a time- or
@@ -59,13 +60,13 @@ _SAVE_PASSAGES = text(
 )
 
 
-def save_attention(*, session: DbSession, rows: Sequence[dict[str, Any]]) -> None:
+def save_attention(*, session: DbSession, tenant_id: str, rows: Sequence[dict[str, Any]]) -> None:
     """Store salience parts and the attention outcome of scored turns (one statement).
     Each row names its turn's `user_id`, so each update reads one partition of the trace;
     the turns are the ones `lock_unscored` holds, so the join reads unscored turns only
     (a partial index), not every turn of the tenant."""
     if rows:
-        session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows)})
+        session.execute(_SAVE_ATTENTION, {"rows": _rows_json(rows), "tenant": tenant_id})
 
 
 def save_passages(*, session: DbSession, tenant_id: str, rows: Sequence[dict[str, Any]]) -> None:

@@ -132,12 +132,14 @@ def advance_batches(
 
 def record_failure(*, session: Session, batch_id: uuid.UUID, error: str, max_attempts: int) -> None:
     """Count a failed attempt; the batch keeps its state (beat retries it from there) until
-    `max_attempts`, when it is parked as 'failed' with its error for an operator."""
+    `max_attempts`, when it is parked as 'failed' with its error for an operator. A stored
+    batch (a redelivered task's, caught in a failed read of its whole call) is left alone:
+    its memories exist."""
     session.execute(
         text(
             "UPDATE semantic.extraction_batches SET attempts = attempts + 1, error = :error,"
             " updated_at = now(), state = CASE WHEN attempts + 1 >= :max THEN 'failed'"
-            " ELSE state END WHERE id = :id"
+            " ELSE state END WHERE id = :id AND state <> 'stored'"
         ),
         {"id": batch_id, "error": error[:4000], "max": max_attempts},
     )
