@@ -229,6 +229,9 @@ def suggest(
         0.0,
         1.0,
     )
+    with unit_of_work(tenant_id) as session:
+        if not repository.any_trusted(session, user_id, min_confidence=threshold):
+            return None  # nothing to suggest: the query is not embedded for nothing
     vector = _embed_one(embedder, pattern, settings)
     with unit_of_work(tenant_id) as session:
         rows = repository.nearest(session, user_id, vector, NEAREST_K, min_confidence=threshold)

@@ -174,8 +174,7 @@ def rank_turns(
     memory_rows = memory_search.memories_by_id(
         session, request.user_id, list(memory_ids), sources=False
     )
-    hits = _hits(pool, fused, turn_rows, memory_rows, settings, now)
-    return hits[: request.limit]
+    return _hits(pool, fused, turn_rows, memory_rows, settings, now, request.limit)
 
 
 def _favour_the_named_speaker(
@@ -219,9 +218,11 @@ def _hits(
     memory_rows: dict[uuid.UUID, Any],
     settings: Settings,
     now: datetime,
+    limit: int,
 ) -> list[SearchHit]:
+    """The best `limit` of the pool by relevance * prior; hits are built for those alone."""
     weights = prior_weights(settings)
-    hits: list[SearchHit] = []
+    scored: list[tuple[float, str, Any]] = []
     for (layer, item_id), relevance in pool:
         row = turn_rows.get(item_id) if layer == "turn" else memory_rows.get(item_id)
         if row is None:
@@ -246,10 +247,11 @@ def _hits(
         }
         if keys:
             parts["importance"] = round(max(m.importance for m in keys), 6)
-        hits.append(
-            turn_hit(row, relevance * prior, parts, attached)
-            if layer == "turn"
-            else memory_hit(row, relevance * prior, parts, [])
-        )
-    hits.sort(key=lambda h: (-h.score, str(h.id)))
-    return hits
+        scored.append((relevance * prior, str(item_id), (layer, row, parts, attached)))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    return [
+        turn_hit(row, score, parts, attached)
+        if layer == "turn"
+        else memory_hit(row, score, parts, [])
+        for score, _, (layer, row, parts, attached) in scored[:limit]
+    ]

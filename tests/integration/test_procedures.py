@@ -165,6 +165,28 @@ def test_an_unrelated_query_gets_nothing(
         assert suggest(tenant, user, query, embedder, settings) is None
 
 
+class _Counting:
+    """The real embedder, counting the texts it is asked for."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim, self.texts = inner, inner.name, inner.dim, 0
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def test_a_user_without_procedures_gets_nothing_and_no_query_is_embedded(
+    tenant: str, user: str, embedder: Embedder, settings: Settings
+) -> None:
+    counting = _Counting(embedder)
+    assert suggest(tenant, user, "deploy the web app to staging", counting, settings) is None
+    assert counting.texts == 0
+    record(tenant, user, embedder, settings)
+    assert suggest(tenant, user, "deploy the web app to staging", counting, settings) is not None
+    assert counting.texts == 1
+
+
 def test_nothing_below_the_confidence_threshold(
     tenant: str, user: str, embedder: Embedder, settings: Settings
 ) -> None:

@@ -109,6 +109,20 @@ def _enable_filtered_hnsw(session: Session) -> None:
     session.execute(text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"))
 
 
+def any_trusted(session: Session, user_id: str, *, min_confidence: float = 0.0) -> bool:
+    """Whether the user has a procedure with an embedding at `min_confidence` or above: most
+    users have none, and then a suggestion need not embed the query at all."""
+    return bool(
+        session.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM meta.procedures WHERE user_id = :user"
+                " AND query_embedding IS NOT NULL AND confidence >= :min_confidence)"
+            ),
+            {"user": user_id, "min_confidence": float(min_confidence)},
+        ).scalar()
+    )
+
+
 def nearest(
     session: Session,
     user_id: str,
