@@ -49,7 +49,7 @@ from app.text.untrusted import fence, suspected
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
-# Ranked turns are short: a 2,000-token budget holds ~55 of them when the conversation is short
+# Ranked turns are short: a 2,000-token budget holds about fifty when the conversation is short
 # (long ones shortened to ITEM_SHARE), so more candidates than that are asked for: an item
 # that does not fit is skipped and a shorter one after it may still fit.
 MEMORY_CANDIDATES = 80
