@@ -22,7 +22,7 @@ from _measure import (
 )
 from sqlalchemy import text
 
-from app.cli.supervisor import worker_command
+from app.cli.supervisor import ProcessGroup, worker_command
 from app.config import PROJECT_ROOT, Settings, get_settings
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.keys import RedisKeys
@@ -97,14 +97,7 @@ class Bench:
 
     @staticmethod
     def stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            try:
-                worker.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+        ProcessGroup(list(workers)).stop(timeout=120)
 
     def wait_consumers(self, client: Any, keys: RedisKeys, count: int) -> None:
         deadline = time.monotonic() + 120

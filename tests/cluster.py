@@ -23,6 +23,8 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
+from app.cli.supervisor import ProcessGroup
+
 NODES = 6  # three masters, each with one replica
 
 
@@ -141,15 +143,7 @@ def local_cluster(root: Path, *, node_timeout_ms: int = 2000) -> Iterator[list[i
     finally:
         for port in ports:
             _STARTED.pop(port, None)
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        ProcessGroup(list(processes)).stop(timeout=15)
 
 
 @dataclass(frozen=True)
