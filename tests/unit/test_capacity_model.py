@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "_capacity.py"
+from tests.bench_modules import load_bench
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_capacity", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-capacity = _load()
+capacity = load_bench("_capacity")
 
 
 def test_percentile_ranks_sorted_values_whatever_their_order() -> None:

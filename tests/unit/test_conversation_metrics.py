@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "_realtalk.py"
+from tests.bench_modules import load_bench
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_realtalk", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-realtalk = _load()
+realtalk = load_bench("_realtalk")
 
 
 def test_recall_counts_distinct_turns() -> None:
