@@ -181,7 +181,8 @@ def test_a_newer_server_does_not_break_an_older_client() -> None:
         "also_new": 1,
     }
     parsed = SearchResults.model_validate(body)
-    assert parsed.took_ms == 0.0
+    # Nulls read as each field's default (the number field of the result included).
+    assert parsed.model_dump(include={"took_ms"}) == {"took_ms": 0.0}
     assert parsed.hits[0].tags == []
     assert parsed.hits[0].parts == {}
     assert parsed.hits[0].score == 1.0
