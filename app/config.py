@@ -204,6 +204,17 @@ class Settings(BaseSettings):
     search_speaker_boost: float = Field(
         default=0.5, ge=0, le=4, description="turns of the one speaker a question names: x(1+b)"
     )
+    # Evidence clusters: a turn found near one of the best turns in its session ranks higher
+    # (app/scoring/proximity.py).
+    search_neighbour_boost: float = Field(
+        default=0.5, ge=0, le=4, description="x(1 + b * nearness) for a best turn's neighbours"
+    )
+    search_neighbour_decay: float = Field(
+        default=4.0, gt=0, le=100, description="messages over which the lent share falls by e"
+    )
+    search_neighbour_window: int = Field(
+        default=8, ge=0, le=50, description="messages either side that can receive a share"
+    )
     search_turns_per_memory: int = Field(
         default=3, ge=1, le=50, description="source turns a memory hit lends its rank to"
     )

@@ -219,6 +219,8 @@ def get_memory(
             return None
         view = memory_view(row)
         if recall is not None:
-            window = turn_search.turn_window(session, row.user_id, list(row.source_ids), recall)
+            window = turn_search.turn_window(
+                session, tenant_id, row.user_id, list(row.source_ids), recall
+            )
             view["recall"] = [turn_view(t) for t in window]
     return view

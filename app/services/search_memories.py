@@ -228,6 +228,6 @@ def rank_memories(
         session, request.user_id, [k[1] for k, _ in pool if k[0] == "memory"]
     )
     turn_rows = turn_search.turns_by_id(
-        session, request.user_id, [k[1] for k, _ in pool if k[0] == "turn"]
+        session, tenant_id, request.user_id, [k[1] for k, _ in pool if k[0] == "turn"]
     )
     return _rank(pool, parts, memory_rows, turn_rows, rankings, settings, now)

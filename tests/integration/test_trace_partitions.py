@@ -134,9 +134,9 @@ def test_one_users_search_reads_touch_one_partition(
 
     with unit_of_work(tenant) as session:
         before = _scans(session)
-        found = turns_by_id(session, "user-0", ids["user-0"][:3])
-        window = turn_window(session, "user-0", ids["user-0"][2:3], around=1)
-        speakers = speakers_of(session, "user-0", ids["user-0"])
+        found = turns_by_id(session, tenant, "user-0", ids["user-0"][:3])
+        window = turn_window(session, tenant, "user-0", ids["user-0"][2:3], around=1)
+        speakers = speakers_of(session, tenant, "user-0", ids["user-0"])
         scope = TurnFilter(tenant_id=tenant, user_id="user-0")
         dense = dense_candidates(
             session, scope, rng.normal(size=DIM).tolist(), limit=4, ef_search=40

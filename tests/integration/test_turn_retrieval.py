@@ -254,3 +254,36 @@ def test_one_sentence_of_a_long_message_is_found_by_its_own_passage(
     # The kitten sentence alone is nearer the question than the whole message is.
     question, message = embedder.embed(["Does she have a new pet?", f"Rosa: {story}"])
     assert cosine > sum(a * b for a, b in zip(question, message, strict=True)) + 0.05
+
+
+def test_the_answer_told_right_after_the_best_match_outranks_the_same_words_elsewhere(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    # The same reply twice: right after the message naming the vet visit, and a week later
+    # in another session (more recent, so the recency prior alone would rank it first).
+    reply = "She says he needs a lighter diet and longer walks."
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=10)
+    lines = [
+        (start, "Biscuit had his check-up at the vet this morning."),
+        (start + timedelta(minutes=1), reply),
+        (start + timedelta(days=7), "The bakery on our street finally reopened."),
+        (start + timedelta(days=7, minutes=1), reply),
+    ]
+    converse(settings, redis_client, embedder, tenant, "nora", lines)
+    query = "What did the vet say about Biscuit's check-up?"
+
+    def order(boost: float) -> list[str]:
+        tuned = settings.model_copy(update={"search_neighbour_boost": boost})
+        found = find(tenant, tuned, embedder, user_id="nora", query=query)
+        return ranked_turns(found)
+
+    boosted, plain = order(0.5), order(0.0)
+    assert boosted[0] == "nora-0"
+    assert boosted.index("nora-1") < boosted.index("nora-3"), boosted
+    assert plain.index("nora-3") < plain.index("nora-1"), plain
+    hit = next(
+        h
+        for h in find(tenant, settings, embedder, user_id="nora", query=query).hits
+        if h.source_turn_ids == ["nora-1"]
+    )
+    assert hit.parts["neighbours"] > 0

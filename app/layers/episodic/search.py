@@ -105,44 +105,84 @@ _MATCH = text(
 )
 
 
+# Every read of the trace names its partition key (see speakers_of).
+_OWNER = "tenant_id = :tenant AND user_id = :user"
+_OWNER_T = "t.tenant_id = :tenant AND t.user_id = :user"
+
 _TURN_FIELDS = (
     "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at,"
     " metadata, flags"
 )
 
 
-def speakers_of(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+def speakers_of(
+    session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
     """turn id → speaker, for the turns that name one (a light read of every fused turn).
 
-    Reads by id name the user: the trace is partitioned by user, and the primary key
-    (id, tenant_id, user_id) finds each turn in the user's partition alone."""
+    Reads by id name the tenant and the user: the trace is hash-partitioned by both, so the
+    planner keeps the one partition (the row-level-security check alone is known only when
+    the statement runs, and planning all sixteen cost more than the read), and the primary
+    key (id, tenant_id, user_id) finds each turn there."""
     if not ids:
         return {}
     rows = session.execute(
         text(
-            "SELECT id, speaker FROM episodic.turns WHERE user_id = :user"
+            f"SELECT id, speaker FROM episodic.turns WHERE {_OWNER}"  # noqa: S608
             " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
         ),
-        {"user": user_id, "ids": list(ids)},
+        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     ).all()
     return {row.id: row.speaker for row in rows}
 
 
-def turns_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+def turns_by_id(
+    session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Any]:
     if not ids:
         return {}
     rows = session.execute(
         text(
             f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
-            " WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
+            f" WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))"
         ),
-        {"user": user_id, "ids": list(ids)},
+        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     ).all()
     return {row.id: row for row in rows}
 
 
+def neighbours_of(
+    session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], window: int
+) -> list[tuple[uuid.UUID, uuid.UUID, int]]:
+    """(turn, neighbour, distance in messages) for up to `window` turns before and after
+    each turn in its own session: each side one index-backed walk of the session's time
+    order, so a long session costs no more than a short one."""
+    if not turn_ids or window <= 0:
+        return []
+    rows = session.execute(
+        text(
+            "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
+            f"  WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[])))"
+            " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
+            " CROSS JOIN LATERAL (SELECT t.id,"
+            "  row_number() OVER (ORDER BY t.occurred_at DESC, t.id DESC) AS n"
+            "  FROM episodic.turns AS t WHERE t.session_id = src.session_id"
+            f"  AND {_OWNER_T} AND (t.occurred_at, t.id) < (src.occurred_at, src.id)"
+            "  ORDER BY t.occurred_at DESC, t.id DESC LIMIT :n) AS b"
+            " UNION ALL SELECT src.id, a.id, a.n FROM src"
+            " CROSS JOIN LATERAL (SELECT t.id,"
+            "  row_number() OVER (ORDER BY t.occurred_at, t.id) AS n"
+            "  FROM episodic.turns AS t WHERE t.session_id = src.session_id"
+            f"  AND {_OWNER_T} AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
+            "  ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
+        ),
+        {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": window},
+    ).all()
+    return [(row.turn_id, row.neighbour, int(row.distance)) for row in rows]
+
+
 def turn_window(
-    session: Session, user_id: str, turn_ids: Sequence[uuid.UUID], around: int
+    session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], around: int
 ) -> list[Any]:
     """The turns themselves plus `around` turns before and after each, within each turn's
     own session, in time order, each once (`is_source` marks the asked-for turns)."""
@@ -152,21 +192,21 @@ def turn_window(
         session.execute(
             text(
                 "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
-                "  WHERE user_id = :user AND id = ANY(CAST(:ids AS uuid[]))),"
+                f"  WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))),"
                 " around AS ("
                 "  SELECT b.id FROM src CROSS JOIN LATERAL (SELECT t.id FROM episodic.turns AS t"
-                "   WHERE t.session_id = src.session_id AND t.user_id = :user"
+                f"   WHERE t.session_id = src.session_id AND {_OWNER_T}"
                 "   AND (t.occurred_at, t.id) < (src.occurred_at, src.id)"
                 "   ORDER BY t.occurred_at DESC, t.id DESC LIMIT :n) AS b"
                 "  UNION SELECT a.id FROM src CROSS JOIN LATERAL (SELECT t.id"
                 "   FROM episodic.turns AS t WHERE t.session_id = src.session_id"
-                "   AND t.user_id = :user AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
+                f"   AND {_OWNER_T} AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
                 "   ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
                 "  UNION SELECT id FROM src)"
                 f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
-                " FROM episodic.turns WHERE user_id = :user AND id IN (SELECT id FROM around)"
+                f" FROM episodic.turns WHERE {_OWNER} AND id IN (SELECT id FROM around)"
                 " ORDER BY occurred_at, id"
             ),
-            {"user": user_id, "ids": list(turn_ids), "n": around},
+            {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": around},
         )
     )
