@@ -5,6 +5,7 @@ memories vote for it and come back attached, and context packs the ranked turns.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,8 +13,9 @@ import pytest
 from sqlalchemy import text
 
 from app.config import Settings
-from app.db.session import owner_engine
+from app.db.session import owner_engine, unit_of_work
 from app.embedding.factory import get_embedder
+from app.layers.episodic.search import turn_window
 from app.services.attention import score_users
 from app.services.context import ContextRequest, assemble_context
 from app.services.memories import MemoryIn, RememberRequest, remember
@@ -256,20 +258,27 @@ def test_one_sentence_of_a_long_message_is_found_by_its_own_passage(
     assert cosine > sum(a * b for a, b in zip(question, message, strict=True)) + 0.05
 
 
+@pytest.mark.parametrize("apart", [timedelta(minutes=1), timedelta(0)], ids=["timed", "alike"])
 def test_the_answer_told_right_after_the_best_match_outranks_the_same_words_elsewhere(
-    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str, apart: timedelta
 ) -> None:
-    # The same reply twice: right after the message naming the vet visit, and a week later
-    # in another session (more recent, so the recency prior alone would rank it first).
+    # The same reply twice: right after the message naming the vet visit, and two months
+    # later in another session (recent, so the recency prior alone ranks it first).
+    # Stamped alike (an import with one time per session), the messages keep the order
+    # they were sent in, with chatter before them that must not count as their neighbour.
     reply = "She says he needs a lighter diet and longer walks."
-    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=10)
-    lines = [
-        (start, "Biscuit had his check-up at the vet this morning."),
-        (start + timedelta(minutes=1), reply),
-        (start + timedelta(days=7), "The bakery on our street finally reopened."),
-        (start + timedelta(days=7, minutes=1), reply),
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=60)
+    chatter = [f"Random chatter number {n} about the weather." for n in range(12)]
+    lines = [(start, line) for line in chatter] + [
+        (start + apart, "Biscuit had his check-up at the vet this morning."),
+        (start + 2 * apart, reply),
+        (start + timedelta(days=59), "The bakery on our street finally reopened."),
+        (start + timedelta(days=59, minutes=1), reply),
     ]
-    converse(settings, redis_client, embedder, tenant, "nora", lines)
+    rows = converse(settings, redis_client, embedder, tenant, "nora", lines)
+    with unit_of_work(tenant) as session:
+        window = turn_window(session, tenant, "nora", [rows["nora-13"].id], around=2)
+    assert [t.external_id for t in window] == ["nora-11", "nora-12", "nora-13"]
     query = "What did the vet say about Biscuit's check-up?"
 
     def order(boost: float) -> list[str]:
@@ -278,12 +287,12 @@ def test_the_answer_told_right_after_the_best_match_outranks_the_same_words_else
         return ranked_turns(found)
 
     boosted, plain = order(0.5), order(0.0)
-    assert boosted[0] == "nora-0"
-    assert boosted.index("nora-1") < boosted.index("nora-3"), boosted
-    assert plain.index("nora-3") < plain.index("nora-1"), plain
+    assert boosted[0] == "nora-12"
+    assert boosted.index("nora-13") < boosted.index("nora-15"), boosted
+    assert plain.index("nora-15") < plain.index("nora-13"), plain
     hit = next(
         h
         for h in find(tenant, settings, embedder, user_id="nora", query=query).hits
-        if h.source_turn_ids == ["nora-1"]
+        if h.source_turn_ids == ["nora-13"]
     )
-    assert hit.parts["neighbours"] > 0
+    assert hit.parts["neighbours"] == pytest.approx(math.exp(-1 / 4), rel=0.01)

@@ -109,6 +109,26 @@ _MATCH = text(
 _OWNER = "tenant_id = :tenant AND user_id = :user"
 _OWNER_T = "t.tenant_id = :tenant AND t.user_id = :user"
 
+
+def _arrival(alias: str) -> str:
+    """The stream entry id ("<ms>-<seq>") as text that sorts in arrival order."""
+    entry = f"coalesce({alias}stream_entry_id, '')"
+    return (
+        f"lpad(split_part({entry}, '-', 1), 20, '0') || '-'"
+        f" || lpad(split_part({entry}, '-', 2), 20, '0')"
+    )
+
+
+# Message order within a session: time, then arrival in the stream (one user's events keep
+# their order in one stream partition), so turns a producer stamped with the same time (a
+# whole imported session, or several messages in one second) keep the order they were sent.
+_MESSAGE_ORDER = f"occurred_at, {_arrival('')}, id"
+_SOURCES = (
+    f"SELECT id, session_id, occurred_at, {_arrival('')} AS arrival"  # noqa: S608
+    " FROM episodic.turns"
+    f" WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))"
+)
+
 _TURN_FIELDS = (
     "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at,"
     " metadata, flags"
@@ -155,57 +175,56 @@ def neighbours_of(
     session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], window: int
 ) -> list[tuple[uuid.UUID, uuid.UUID, int]]:
     """(turn, neighbour, distance in messages) for up to `window` turns before and after
-    each turn in its own session: each side one index-backed walk of the session's time
+    each turn in its own session: each side one index-backed walk of the session's message
     order, so a long session costs no more than a short one."""
     if not turn_ids or window <= 0:
         return []
     rows = session.execute(
         text(
-            "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
-            f"  WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[])))"
+            f"WITH src AS ({_SOURCES})"  # noqa: S608
             " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
-            " CROSS JOIN LATERAL (SELECT t.id,"
-            "  row_number() OVER (ORDER BY t.occurred_at DESC, t.id DESC) AS n"
-            "  FROM episodic.turns AS t WHERE t.session_id = src.session_id"
-            f"  AND {_OWNER_T} AND (t.occurred_at, t.id) < (src.occurred_at, src.id)"
-            "  ORDER BY t.occurred_at DESC, t.id DESC LIMIT :n) AS b"
+            f" CROSS JOIN LATERAL ({_walk('<')}) AS b"
             " UNION ALL SELECT src.id, a.id, a.n FROM src"
-            " CROSS JOIN LATERAL (SELECT t.id,"
-            "  row_number() OVER (ORDER BY t.occurred_at, t.id) AS n"
-            "  FROM episodic.turns AS t WHERE t.session_id = src.session_id"
-            f"  AND {_OWNER_T} AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
-            "  ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
+            f" CROSS JOIN LATERAL ({_walk('>')}) AS a"
         ),
         {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": window},
     ).all()
     return [(row.turn_id, row.neighbour, int(row.distance)) for row in rows]
 
 
+def _walk(side: str) -> str:
+    """Up to :n turns of src's session before ('<') or after ('>') it, nearest first,
+    numbered from 1; in message order (see _MESSAGE_ORDER)."""
+    way = " DESC" if side == "<" else ""
+    order = f"t.occurred_at{way}, {_arrival('t.')}{way}, t.id{way}"
+    return (
+        f"SELECT t.id, row_number() OVER (ORDER BY {order}) AS n"  # noqa: S608
+        " FROM episodic.turns AS t"
+        f" WHERE t.session_id = src.session_id AND {_OWNER_T}"
+        f" AND t.occurred_at {side}= src.occurred_at"  # the index's bound
+        f" AND (t.occurred_at, {_arrival('t.')}, t.id) {side}"
+        " (src.occurred_at, src.arrival, src.id)"
+        f" ORDER BY {order} LIMIT :n"
+    )
+
+
 def turn_window(
     session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], around: int
 ) -> list[Any]:
     """The turns themselves plus `around` turns before and after each, within each turn's
-    own session, in time order, each once (`is_source` marks the asked-for turns)."""
+    own session, in message order, each once (`is_source` marks the asked-for turns)."""
     if not turn_ids:
         return []
     return list(
         session.execute(
             text(
-                "WITH src AS (SELECT id, session_id, occurred_at FROM episodic.turns"  # noqa: S608
-                f"  WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))),"
-                " around AS ("
-                "  SELECT b.id FROM src CROSS JOIN LATERAL (SELECT t.id FROM episodic.turns AS t"
-                f"   WHERE t.session_id = src.session_id AND {_OWNER_T}"
-                "   AND (t.occurred_at, t.id) < (src.occurred_at, src.id)"
-                "   ORDER BY t.occurred_at DESC, t.id DESC LIMIT :n) AS b"
-                "  UNION SELECT a.id FROM src CROSS JOIN LATERAL (SELECT t.id"
-                "   FROM episodic.turns AS t WHERE t.session_id = src.session_id"
-                f"   AND {_OWNER_T} AND (t.occurred_at, t.id) > (src.occurred_at, src.id)"
-                "   ORDER BY t.occurred_at, t.id LIMIT :n) AS a"
+                f"WITH src AS ({_SOURCES}),"  # noqa: S608
+                f" around AS (SELECT b.id FROM src CROSS JOIN LATERAL ({_walk('<')}) AS b"
+                f"  UNION SELECT a.id FROM src CROSS JOIN LATERAL ({_walk('>')}) AS a"
                 "  UNION SELECT id FROM src)"
                 f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
                 f" FROM episodic.turns WHERE {_OWNER} AND id IN (SELECT id FROM around)"
-                " ORDER BY occurred_at, id"
+                f" ORDER BY {_MESSAGE_ORDER}"
             ),
             {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": around},
         )
