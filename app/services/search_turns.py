@@ -221,7 +221,12 @@ def _boost_neighbours(
         return
     best = sorted(fused.turns, key=lambda t: (-fused.turns[t], str(t)))[:BOOSTING_TURNS]
     near = turn_search.neighbours_of(
-        session, tenant_id, request.user_id, best, settings.search_neighbour_window
+        session,
+        tenant_id,
+        request.user_id,
+        best,
+        settings.search_neighbour_window,
+        among=list(fused.turns),
     )
     nearness = boost_neighbours(
         fused.turns,

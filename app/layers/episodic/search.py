@@ -172,22 +172,36 @@ def turns_by_id(
 
 
 def neighbours_of(
-    session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], window: int
+    session: Session,
+    tenant_id: str,
+    user_id: str,
+    turn_ids: Sequence[uuid.UUID],
+    window: int,
+    *,
+    among: Sequence[uuid.UUID],
 ) -> list[tuple[uuid.UUID, uuid.UUID, int]]:
-    """(turn, neighbour, distance in messages) for up to `window` turns before and after
-    each turn in its own session: each side one index-backed walk of the session's message
-    order, so a long session costs no more than a short one."""
-    if not turn_ids or window <= 0:
+    """(turn, neighbour, distance in messages) for the turns of `among` up to `window`
+    turns before or after each of `turn_ids` in its own session: each side one index-backed
+    walk of the session's message order, so a long session costs no more than a short one."""
+    if not turn_ids or not among or window <= 0:
         return []
     rows = session.execute(
         text(
-            f"WITH src AS ({_SOURCES})"  # noqa: S608
+            f"WITH src AS ({_SOURCES}), near AS ("  # noqa: S608
             " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
             f" CROSS JOIN LATERAL ({_walk('<')}) AS b"
             " UNION ALL SELECT src.id, a.id, a.n FROM src"
-            f" CROSS JOIN LATERAL ({_walk('>')}) AS a"
+            f" CROSS JOIN LATERAL ({_walk('>')}) AS a)"
+            " SELECT turn_id, neighbour, distance FROM near"
+            " WHERE neighbour = ANY(CAST(:among AS uuid[]))"
         ),
-        {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": window},
+        {
+            "tenant": tenant_id,
+            "user": user_id,
+            "ids": list(turn_ids),
+            "n": window,
+            "among": list(among),
+        },
     ).all()
     return [(row.turn_id, row.neighbour, int(row.distance)) for row in rows]
 
