@@ -151,3 +151,36 @@ class RedisKeys:
 
     def task_deliveries(self, task_id: str) -> str:
         return f"{self.prefix}:task:deliveries:{task_id}"
+
+
+class DreamKeys:
+    """Redis keys of the dream cycle (app/services/dream.py), under the deployment's prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DreamKeys:
+        return cls(RedisKeys.from_settings(settings).prefix)
+
+    def salience(self) -> str:
+        return RedisKeys(self.prefix).salience_stream()
+
+    def stream(self) -> str:
+        """Replays, one entry per (cycle, memory); capped at DREAM_STREAM_MAX_LEN (~; see
+        app/services/dream_replay.py)."""
+        return f"{self.prefix}:dream"
+
+    def pending(self, tenant_id: str, user_id: str) -> str:
+        """A user's routed, not yet consolidated salience entries (entry id → fields). It
+        carries the user's `{tenant|user}` tag, so forgetting the user removes it."""
+        return f"{self.prefix}:dream:pending:{{{tenant_id}|{user_id}}}"
+
+    def users(self) -> str:
+        """`tenant|user` of users with pending entries, scored by when they started waiting."""
+        return f"{self.prefix}:dream:users"
+
+    def analysed(self, tenant_id: str, user_id: str) -> str:
+        """The last cycle whose graph analytics committed for the user; expires after two
+        windows (it only spares a rerun of the same cycle from analysing the graph again)."""
+        return f"{self.prefix}:dream:analysed:{{{tenant_id}|{user_id}}}"

@@ -179,7 +179,7 @@ def test_the_dream_cycle_never_consolidates_small_talk(
     settings: Settings, redis_client: Any, tenant: str
 ) -> None:
     """Two tight clusters of recent memories: the content one is merged, the chat one is not
-    (app/services/dream.py asks app/extraction/smalltalk.says_nothing)."""
+    (app/services/dream_consolidation.py asks app/extraction/smalltalk.says_nothing)."""
     now = datetime(2026, 3, 2, 12, 10, tzinfo=UTC)
     spec = {
         "Wow, Caroline!": {0: 1.0, 10: 0.1},
