@@ -1,16 +1,21 @@
-"""memory vectors inline: semantic.memories keeps its embedding in the row, not in TOAST
+"""memory rows inline: semantic.memories keeps its embedding (and its other values) in the row
 
 A memory's row (text, summary, topics, tags, scores, source turns) averages ~2.5 KB with its
-384-d vector, over Postgres' 2 KB TOAST threshold; the vector, the widest value, was the one
-moved out of line, so every cosine computed on a memory (the exact sort of a user's
+384-d vector, over Postgres' default 2 KB TOAST target; the vector, the widest value, was the
+one moved out of line, so every cosine computed on a memory (the exact sort of a user's
 memories, the re-sort after an HNSW walk, near-duplicate checks at extraction) first
 fetched it from the TOAST table: 990 memories of one user cost 6,284 buffer reads and
-7.5 ms to rank where the same vectors inline rank in ~1 ms. With STORAGE PLAIN the vector
-always stays in the row and the other, rarely compared columns are moved out instead.
+9.3 ms to rank where the same vectors inline rank in ~2.5 ms. Keeping only the vector inline
+(STORAGE PLAIN) is not enough: the row is still over the target and TOAST then moves the
+next widest values out (the stored tsvector the BM25 statistics read, the text search
+returns), which doubled those reads. So the table's TOAST target is raised to the maximum
+(8160 bytes): a memory row is stored whole unless it is longer than that (a long text is
+still compressed or moved out), and the vector is PLAIN so that it never leaves the row.
 
 Existing vectors are rewritten in one set-based UPDATE (subvector of the whole vector: the
-same floats, now a fresh value stored under the new rule); rows without a vector are not
-touched. The downgrade only restores the default rule: vectors stored inline stay valid.
+same floats, now a fresh value stored under the new rules); rows without a vector are not
+touched, nor are other values already moved out. The downgrade only restores the defaults:
+values stored inline stay valid.
 
 Revision ID: b8d4f2a6c913
 Revises: a7c3e5f9b1d2
@@ -28,6 +33,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.execute("ALTER TABLE semantic.memories SET (toast_tuple_target = 8160)")
     op.execute("ALTER TABLE semantic.memories ALTER COLUMN embedding SET STORAGE PLAIN")
     op.execute(
         "UPDATE semantic.memories SET embedding = subvector(embedding, 1, vector_dims(embedding))"
@@ -37,3 +43,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("ALTER TABLE semantic.memories ALTER COLUMN embedding SET STORAGE EXTENDED")
+    op.execute("ALTER TABLE semantic.memories RESET (toast_tuple_target)")

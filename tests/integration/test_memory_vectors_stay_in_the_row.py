@@ -1,5 +1,6 @@
 """A memory's vector is stored in its row, never moved to TOAST: every cosine over memories
-reads it (migration b8d4f2a6c913)."""
+reads it; nor are the other values search reads moved out in its place (migration
+b8d4f2a6c913)."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ def test_a_memorys_vector_stays_in_the_row(
         row = conn.execute(
             text(
                 "SELECT pg_column_toast_chunk_id(embedding) AS vector_chunk,"
+                " pg_column_toast_chunk_id(search_tsv) AS words_chunk,"
                 " pg_column_size(embedding) AS vector_bytes, pg_column_size(m.*) AS row_bytes"
                 " FROM semantic.memories AS m WHERE tenant_id = :t AND user_id = 'ida'"
             ),
             {"t": tenant},
         ).one()
     assert row.vector_chunk is None, row  # in the row
+    assert row.words_chunk is None, row  # and so are the words BM25 reads
     assert row.vector_bytes == 4 * settings.embedding_dim + 8  # and not compressed

@@ -131,7 +131,7 @@ class Memory(Base):
     meta: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
-    # STORAGE PLAIN (migration b8d4f2a6c913): kept in the row, never fetched from TOAST.
+    # STORAGE PLAIN, table toast_tuple_target 8160 (migration b8d4f2a6c913): kept in the row.
     embedding: Mapped[Any | None] = mapped_column(Vector(get_settings().embedding_dim))
     channel: Mapped[str | None] = mapped_column(String(128))
     # When decay last brought `importance` up to date (decay is applied from here on).
