@@ -210,10 +210,10 @@ class Settings(BaseSettings):
         default=0.5, ge=0, le=4, description="x(1 + b * nearness) for a best turn's neighbours"
     )
     search_neighbour_decay: float = Field(
-        default=4.0, gt=0, le=100, description="messages over which the lent share falls by e"
+        default=4.0, gt=0, le=100, description="messages over which the boost falls by a factor e"
     )
     search_neighbour_window: int = Field(
-        default=8, ge=0, le=50, description="messages either side that can receive a share"
+        default=8, ge=0, le=50, description="messages either side of a best turn the boost reaches"
     )
     search_turns_per_memory: int = Field(
         default=3, ge=1, le=50, description="source turns a memory hit lends its rank to"

@@ -9,9 +9,9 @@ entities the question names or the best memories mention (L4, app/layers/concept
 the second hop of a multi-hop question). They are fused by rank
 (app/scoring/fusion.py), so no leg's score scale swamps another's; found turns a few messages
 from the best ones in the same session rank higher (app/scoring/proximity.py: evidence
-clusters), and the fused score is multiplied by the same
-bounded prior memories get (importance, recency, consolidation of the turn's memories).
-Memories that cite no turn (told through the API) are ranked beside turns.
+clusters), and the fused score is multiplied by the same bounded prior memories get
+(importance, recency, consolidation of the turn's memories). Memories that cite no turn
+(told through the API) are ranked beside turns.
 """
 
 from __future__ import annotations
