@@ -44,6 +44,10 @@ class FulltextScope:
     # estimate is enough, and a filter on heap columns cost 6 ms per 10k rows); `where`
     # when None.
     size_where: str | None = None
+    # The sample's order, one the scope's (tenant, user, time) index serves: the same rows are
+    # sampled whatever the table's physical layout (without it, a migration's UPDATE or a
+    # VACUUM FULL changed a big user's statistics and so its rankings).
+    order: str | None = None
 
 
 # The lexeme as a quoted tsquery operand (quote_literal would give E'' strings tsquery rejects).
@@ -111,7 +115,8 @@ def bm25_candidates(
             "WITH q AS (SELECT lexeme, coalesce(cardinality(positions), 1) AS tf"  # noqa: S608
             "  FROM unnest(to_tsvector('english'::regconfig, :query)) LIMIT :max_terms),"
             f" s AS MATERIALIZED (SELECT {scope.vector} AS v FROM {scope.table}"
-            f"  WHERE {scope.where} LIMIT :sample)"
+            f"  WHERE {scope.where}{f' ORDER BY {scope.order}' if scope.order else ''}"
+            "  LIMIT :sample)"
             " SELECT q.lexeme, q.tf,"
             f" (SELECT count(*) FROM s WHERE s.v @@ {_QUOTED_LEXEME}) AS df,"
             " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len,"

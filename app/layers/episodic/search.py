@@ -50,7 +50,9 @@ def lexical_candidates(
 ) -> dict[uuid.UUID, float]:
     """turn id → BM25 score over the user's raw turns in the filter."""
     where, params = turn_filter.clause()
-    scope = FulltextScope(table="episodic.turns", vector="search_tsv", where=where)
+    scope = FulltextScope(
+        table="episodic.turns", vector="search_tsv", where=where, order="occurred_at DESC"
+    )
     f = turn_filter
 
     def match(tsquery: str, count: int) -> list[Any]:

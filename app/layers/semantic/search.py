@@ -123,6 +123,7 @@ def lexical_candidates(
         vector="search_tsv",
         where=where,
         size_where="tenant_id = :tenant AND user_id = :user",
+        order="occurred_at DESC",
     )
     f = memory_filter
 
