@@ -107,9 +107,9 @@ _MATCH = text(
 )
 
 
-# Every read of the trace names its partition key (see speakers_of).
-_OWNER = "tenant_id = :tenant AND user_id = :user"
-_OWNER_T = "t.tenant_id = :tenant AND t.user_id = :user"
+def _owner(alias: str = "") -> str:
+    """The trace's partition key, named in every read of it (see speakers_of)."""
+    return f"{alias}tenant_id = :tenant AND {alias}user_id = :user"
 
 
 def _arrival(alias: str) -> str:
@@ -128,7 +128,7 @@ _MESSAGE_ORDER = f"occurred_at, {_arrival('')}, id"
 _SOURCES = (
     f"SELECT id, session_id, occurred_at, {_arrival('')} AS arrival"  # noqa: S608
     " FROM episodic.turns"
-    f" WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))"
+    f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
 )
 
 _TURN_FIELDS = (
@@ -150,7 +150,7 @@ def speakers_of(
         return {}
     rows = session.execute(
         text(
-            f"SELECT id, speaker FROM episodic.turns WHERE {_OWNER}"  # noqa: S608
+            f"SELECT id, speaker FROM episodic.turns WHERE {_owner()}"  # noqa: S608
             " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
         ),
         {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
@@ -166,7 +166,7 @@ def turns_by_id(
     rows = session.execute(
         text(
             f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
-            f" WHERE {_OWNER} AND id = ANY(CAST(:ids AS uuid[]))"
+            f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
         ),
         {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     ).all()
@@ -216,7 +216,7 @@ def _walk(side: str) -> str:
     return (
         f"SELECT t.id, row_number() OVER (ORDER BY {order}) AS n"  # noqa: S608
         " FROM episodic.turns AS t"
-        f" WHERE t.session_id = src.session_id AND {_OWNER_T}"
+        f" WHERE t.session_id = src.session_id AND {_owner('t.')}"
         f" AND t.occurred_at {side}= src.occurred_at"  # the index's bound
         f" AND (t.occurred_at, {_arrival('t.')}, t.id) {side}"
         " (src.occurred_at, src.arrival, src.id)"
@@ -239,7 +239,7 @@ def turn_window(
                 f"  UNION SELECT a.id FROM src CROSS JOIN LATERAL ({_walk('>')}) AS a"
                 "  UNION SELECT id FROM src)"
                 f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
-                f" FROM episodic.turns WHERE {_OWNER} AND id IN (SELECT id FROM around)"
+                f" FROM episodic.turns WHERE {_owner()} AND id IN (SELECT id FROM around)"
                 f" ORDER BY {_MESSAGE_ORDER}"
             ),
             {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": around},
