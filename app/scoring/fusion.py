@@ -23,8 +23,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-T = TypeVar("T", bound=Hashable)  # turn ids
-M = TypeVar("M", bound=Hashable)  # memory ids
+# Turn and memory ids: hashable, and ordered among themselves (uuids, text), for ties.
+T = TypeVar("T", bound=Hashable)
+M = TypeVar("M", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class Fused(Generic[T, M]):
 
 
 def ranked(scores: Mapping[T, float]) -> list[T]:
-    """Best first; ties broken by the item's text so the order is reproducible."""
-    return [item for item, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+    """Best first; ties broken by the item so the order is reproducible (a uuid orders as
+    its text does, without formatting one per comparison key)."""
+    return sorted(scores, key=lambda item: (-scores[item], item))  # type: ignore[no-any-return]
 
 
 def fuse_turns(

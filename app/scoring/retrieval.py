@@ -8,7 +8,6 @@ them here with BM25, using document frequencies counted over the user's own rows
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -20,20 +19,6 @@ Number = TypeVar("Number", float, np.ndarray)
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-
-# 'lexeme':1,4B 'it''s':2 — a quoted lexeme ('' escapes a quote), then optional positions.
-_TSVECTOR_ITEM = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
-
-
-def tsvector_terms(value: str) -> dict[str, int]:
-    """Lexeme → term frequency from a tsvector's text form (positions counted; none → 1)."""
-    terms: dict[str, int] = {}
-    for match in _TSVECTOR_ITEM.finditer(value or ""):
-        lexeme = match.group(1).replace("''", "'")
-        positions = match.group(2)
-        terms[lexeme] = positions.count(",") + 1 if positions else 1
-    return terms
-
 
 def idf(df: int, n_docs: int) -> float:
     """BM25's idf with the +1 inside the log, so it never goes negative for common terms."""
@@ -50,8 +35,11 @@ def bm25(
     avg_len: float,
     k1: float = BM25_K1,
     b: float = BM25_B,
+    doc_len: int | None = None,
 ) -> float:
-    doc_len = sum(doc.values())
+    """`doc` holds the document's terms and counts, the query's at least; `doc_len` its
+    length when `doc` holds only those (the sum of `doc`'s counts otherwise)."""
+    doc_len = sum(doc.values()) if doc_len is None else doc_len
     norm = k1 * (1.0 - b + b * doc_len / max(avg_len, 1.0))
     score = 0.0
     for term, query_tf in query.items():
@@ -99,6 +87,8 @@ def weighted_fusion(
 
 def recency(age_days: Number, half_life_days: float) -> Number:
     """1 now, ½ after one half-life; future timestamps count as now (scalars or arrays)."""
+    if isinstance(age_days, float | int):  # a search's hits: numpy's ufuncs cost more here
+        return 0.5 ** (max(age_days, 0.0) / half_life_days)  # type: ignore[return-value]
     return 0.5 ** (np.maximum(age_days, 0.0) / half_life_days)
 
 
@@ -117,6 +107,14 @@ def memory_prior(
 
     Importance is centred on 0.5 (the default), so unknown importance changes nothing.
     Works on scalars and on numpy arrays alike (the prefetch path ranks a whole set)."""
+    if all(isinstance(x, float | int) for x in (importance, recency_score, consolidation)):
+        return max(  # type: ignore[return-value]
+            0.1,
+            1.0
+            + weights.importance * (_clip01(importance) - 0.5)
+            + weights.recency * _clip01(recency_score)
+            + weights.consolidation * _clip01(consolidation),
+        )
     return np.maximum(
         0.1,
         1.0
@@ -124,3 +122,7 @@ def memory_prior(
         + weights.recency * np.clip(recency_score, 0.0, 1.0)
         + weights.consolidation * np.clip(consolidation, 0.0, 1.0),
     )
+
+
+def _clip01(value: float) -> float:
+    return min(max(value, 0.0), 1.0)

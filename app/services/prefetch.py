@@ -20,6 +20,7 @@ import redis
 
 from app.config import Settings
 from app.db.session import unit_of_work
+from app.embedding.background import QueryVector
 from app.embedding.base import Embedder, EmbeddingError
 from app.keys import RedisKeys
 from app.layers.conceptual.graph import facts_about, render_fact
@@ -109,7 +110,8 @@ def prefetch(
         ]
         if conversation:
             request = SearchRequest(user_id=user_id, query=conversation, limit=CONVERSATION_HITS)
-            fused, _ = fuse(gather(session, tenant_id, request, vector, settings), settings)
+            rankings = gather(session, tenant_id, request, QueryVector.ready(vector), settings)
+            fused, _ = fuse(rankings, settings)
             ranked = sorted(fused.items(), key=lambda kv: -kv[1])
             ids += [key[1] for key, _ in ranked if key[0] == "memory"][:CONVERSATION_HITS]
         unique = list(dict.fromkeys(ids))

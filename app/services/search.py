@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -19,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.background import QueryVector
+from app.embedding.base import Embedder
 from app.services.access import record_retrieval
 from app.services.knowledge import KNOWLEDGE_USER
 from app.services.search_memories import rank_memories
@@ -45,13 +45,7 @@ def search(
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     warnings: list[str] = []
-    vector: Sequence[float] | None
-    try:
-        vector = embedder.embed([request.query])[0]
-    except EmbeddingError as exc:
-        _log.warning("search without dense ranking: %s", exc)
-        warnings.append(f"embedding backend unavailable, lexical ranking only: {exc}")
-        vector = None
+    vector = QueryVector.start(embedder, request.query)
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
@@ -62,6 +56,9 @@ def search(
             hits = hits[: request.limit]
         if request.include_knowledge:
             hits = _with_knowledge(session, tenant_id, request, hits, vector, settings, now)
+    if vector.get() is None and vector.error is not None:
+        _log.warning("search without dense ranking: %s", vector.error)
+        warnings.append(f"embedding backend unavailable, lexical ranking only: {vector.error}")
     took_ms = (time.perf_counter() - started) * 1000
     if record and client is not None:
         _record(client, settings, tenant_id, request, hits)
@@ -84,7 +81,7 @@ def _with_knowledge(
     tenant_id: str,
     request: SearchRequest,
     hits: list[SearchHit],
-    vector: Sequence[float] | None,
+    vector: QueryVector,
     settings: Settings,
     now: datetime,
 ) -> list[SearchHit]:

@@ -11,12 +11,12 @@ importance, recency and consolidation strength. Every hit carries its score part
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from app.config import Settings
+from app.embedding.background import QueryVector
 from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.scoring.retrieval import (
@@ -47,7 +47,7 @@ class Rankings:
 
 
 def _ordered(scores: dict[uuid.UUID, float]) -> list[uuid.UUID]:
-    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def filters_of(tenant_id: str, request: SearchRequest) -> memory_search.MemoryFilter:
@@ -77,26 +77,15 @@ def gather(
     session: Any,
     tenant_id: str,
     request: SearchRequest,
-    vector: Sequence[float] | None,
+    vector: QueryVector,
     settings: Settings,
     *,
     exact: bool = False,
 ) -> Rankings:
-    """Candidates of every ranking, in the caller's (tenant-scoped) transaction."""
+    """Candidates of every ranking, in the caller's (tenant-scoped) transaction; the
+    lexical ones first, while the query's vector is being embedded."""
     memory_filter = filters_of(tenant_id, request)
     limit = max(settings.search_candidates, request.limit)
-    dense = (
-        memory_search.dense_candidates(
-            session,
-            memory_filter,
-            vector,
-            limit=limit,
-            ef_search=max(settings.search_ef_search, limit),
-            exact=exact,
-        )
-        if vector is not None
-        else {}
-    )
     lexical = memory_search.lexical_candidates(session, memory_filter, request.query, limit=limit)
     turns: dict[uuid.UUID, float] = {}
     covering: dict[uuid.UUID, list[uuid.UUID]] = {}
@@ -111,6 +100,19 @@ def gather(
         turns = turn_search.lexical_candidates(session, turn_filter, request.query, limit=limit)
         if settings.search_turns != "always":
             covering = memory_search.covering_memories(session, memory_filter, list(turns))
+    query = vector.get()
+    dense = (
+        memory_search.dense_candidates(
+            session,
+            memory_filter,
+            query,
+            limit=limit,
+            ef_search=max(settings.search_ef_search, limit),
+            exact=exact,
+        )
+        if query is not None
+        else {}
+    )
     return Rankings(dense=dense, lexical=lexical, turns=turns, covering=covering)
 
 
@@ -148,7 +150,7 @@ def fuse(rankings: Rankings, settings: Settings) -> tuple[dict[Key, float], dict
 
 
 def _ordered_keys(scores: dict[Key, float]) -> list[Key]:
-    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], str(kv[0][1])))]
+    return [k for k, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0][1]))]
 
 
 def _rank(
@@ -198,7 +200,7 @@ def _rank(
             hits.append(memory_hit(row, relevance * prior, item_parts, sources))
         else:
             hits.append(turn_hit(row, relevance * prior, item_parts))
-    hits.sort(key=lambda h: (-h.score, str(h.id)))
+    hits.sort(key=lambda h: (-h.score, h.id))
     return hits
 
 
@@ -216,14 +218,14 @@ def rank_memories(
     session: Any,
     tenant_id: str,
     request: SearchRequest,
-    vector: Sequence[float] | None,
+    vector: QueryVector,
     settings: Settings,
     now: datetime,
 ) -> list[SearchHit]:
     """The memories unit, in the caller's (tenant-scoped) transaction."""
     rankings = gather(session, tenant_id, request, vector, settings)
     fused, parts = fuse(rankings, settings)
-    pool = sorted(fused.items(), key=lambda kv: (-kv[1], str(kv[0][1])))[: request.limit * 3]
+    pool = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0][1]))[: request.limit * 3]
     memory_rows = memory_search.memories_by_id(
         session, request.user_id, [k[1] for k, _ in pool if k[0] == "memory"]
     )

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from app.config import Settings
+from app.embedding.background import QueryVector
 from app.extraction.entities import extract_entities
 from app.layers.conceptual.search import entity_links
 from app.layers.episodic import search as turn_search
@@ -68,38 +69,36 @@ def legs(
     session: Any,
     tenant_id: str,
     request: SearchRequest,
-    vector: Sequence[float] | None,
+    vector: QueryVector,
     settings: Settings,
     window: TimeWindow | None,
 ) -> tuple[list[Leg[uuid.UUID]], list[Leg[uuid.UUID]], dict[uuid.UUID, list[uuid.UUID]]]:
-    """(turn legs, memory legs, memory → its source turns), in the caller's transaction."""
+    """(turn legs, memory legs, memory → its source turns), in the caller's transaction.
+
+    The lexical legs run first: the query's vector is being embedded meanwhile."""
     pool = max(settings.search_candidates, request.limit)
     ef = max(settings.search_ef_search, pool)
-    turn_legs: list[Leg[uuid.UUID]] = []
+    scopes: list[tuple[str, turn_search.TurnFilter, float, float]] = []
     if not request.filters_memories_only:
         turn_scope = _turn_filter(tenant_id, request)
-        scopes = [
+        scopes.append(
             (
                 "turn",
                 turn_scope,
                 settings.search_weight_turn_lexical,
                 settings.search_weight_turn_dense,
             )
-        ]
+        )
         inside = _inside(turn_scope, window) if window is not None else None
         if inside is not None and settings.search_weight_time > 0:
             scopes.append(
                 ("time", inside, settings.search_weight_time, settings.search_weight_time)
             )
-        for name, scope, lexical_weight, dense_weight in scopes:
-            lexical = turn_search.lexical_candidates(session, scope, request.query, limit=pool)
-            turn_legs.append(Leg(f"{name}_lexical", lexical, lexical_weight))
-            if vector is not None:
-                dense = turn_search.dense_candidates(
-                    session, scope, vector, limit=pool, ef_search=ef
-                )
-                turn_legs.append(Leg(f"{name}_dense", dense, dense_weight))
     memory_filter = filters_of(tenant_id, request)
+    lexical = [
+        turn_search.lexical_candidates(session, scope, request.query, limit=pool)
+        for _, scope, _, _ in scopes
+    ]
     memory_legs = [
         Leg(
             "memory_lexical",
@@ -107,19 +106,26 @@ def legs(
             settings.search_weight_lexical,
         )
     ]
-    if vector is not None:
+    query = vector.get()
+    turn_legs: list[Leg[uuid.UUID]] = []
+    for (name, scope, lexical_weight, dense_weight), words in zip(scopes, lexical, strict=True):
+        turn_legs.append(Leg(f"{name}_lexical", words, lexical_weight))
+        if query is not None:
+            dense = turn_search.dense_candidates(session, scope, query, limit=pool, ef_search=ef)
+            turn_legs.append(Leg(f"{name}_dense", dense, dense_weight))
+    if query is not None:
         memory_legs.append(
             Leg(
                 "memory_dense",
                 memory_search.dense_candidates(
-                    session, memory_filter, vector, limit=pool, ef_search=ef
+                    session, memory_filter, query, limit=pool, ef_search=ef
                 ),
                 settings.search_weight_dense,
             )
         )
-    if vector is not None and settings.search_weight_entity > 0:
+    if query is not None and settings.search_weight_entity > 0:
         memory_legs.append(
-            _entity_leg(session, memory_filter, request, vector, memory_legs, settings)
+            _entity_leg(session, memory_filter, request, query, memory_legs, settings)
         )
     cited = {m for leg in memory_legs for m in leg.scores}
     sources = memory_search.source_turns(session, request.user_id, list(cited))
@@ -136,7 +142,7 @@ def _entity_leg(
 ) -> Leg[uuid.UUID]:
     """Memories sharing a (non-hub) entity with the question or the first hop's best."""
     found = first_hop(((leg.scores, leg.weight) for leg in first), k=settings.search_rrf_k)
-    seeds = sorted(found, key=lambda m: (-found[m], str(m)))[: settings.search_entity_seeds]
+    seeds = sorted(found, key=lambda m: (-found[m], m))[: settings.search_entity_seeds]
     mentions, _ = extract_entities(request.query)
     links = entity_links(
         session,
@@ -155,7 +161,7 @@ def rank_turns(
     session: Any,
     tenant_id: str,
     request: SearchRequest,
-    vector: Sequence[float] | None,
+    vector: QueryVector,
     settings: Settings,
     now: datetime,
     window: TimeWindow | None,
@@ -174,7 +180,7 @@ def rank_turns(
     _boost_neighbours(session, tenant_id, request, fused, settings)
     items = [(("turn", t), s) for t, s in fused.turns.items()]
     items += [(("memory", m), s) for m, s in fused.memories.items()]
-    pool = sorted(items, key=lambda kv: (-kv[1], str(kv[0][1])))[: request.limit * 3]
+    pool = sorted(items, key=lambda kv: (-kv[1], kv[0][1]))[: request.limit * 3]
     turn_ids = [key[1] for key, _ in pool if key[0] == "turn"]
     memory_ids = {key[1] for key, _ in pool if key[0] == "memory"}
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
@@ -220,7 +226,7 @@ def _boost_neighbours(
     a boosted turn's parts show its nearness as `neighbours`."""
     if settings.search_neighbour_boost <= 0 or settings.search_neighbour_window <= 0:
         return
-    best = sorted(fused.turns, key=lambda t: (-fused.turns[t], str(t)))[:BOOSTING_TURNS]
+    best = sorted(fused.turns, key=lambda t: (-fused.turns[t], t))[:BOOSTING_TURNS]
     near = turn_search.neighbours_of(
         session,
         tenant_id,
@@ -265,7 +271,7 @@ def _hits(
 ) -> list[SearchHit]:
     """The best `limit` of the pool by relevance * prior; hits are built for those alone."""
     weights = prior_weights(settings)
-    scored: list[tuple[float, str, Any]] = []
+    scored: list[tuple[float, uuid.UUID, Any]] = []
     for (layer, item_id), relevance in pool:
         row = turn_rows.get(item_id) if layer == "turn" else memory_rows.get(item_id)
         if row is None:
@@ -290,7 +296,7 @@ def _hits(
         }
         if keys:
             parts["importance"] = round(max(m.importance for m in keys), 6)
-        scored.append((relevance * prior, str(item_id), (layer, row, parts, attached)))
+        scored.append((relevance * prior, item_id, (layer, row, parts, attached)))
     scored.sort(key=lambda item: (-item[0], item[1]))
     return [
         turn_hit(row, score, parts, attached)

@@ -1,4 +1,4 @@
-"""Retrieval maths: tsvector parsing, BM25, rank fusion, recency and the memory prior."""
+"""Retrieval maths: BM25, rank fusion, recency and the memory prior."""
 
 from __future__ import annotations
 
@@ -15,77 +15,10 @@ from app.scoring.retrieval import (
     memory_prior,
     recency,
     reciprocal_rank_fusion,
-    tsvector_terms,
     weighted_fusion,
 )
 
 DEFAULT_WEIGHTS = PriorWeights(importance=0.2, recency=0.1, consolidation=0.1)
-
-
-def _tsvector_text(terms: dict[str, list[int]]) -> str:
-    """Postgres' text form of a tsvector: quoted lexemes ('' for a quote), then positions."""
-    items = []
-    for lexeme, positions in sorted(terms.items()):
-        quoted = "'" + lexeme.replace("'", "''") + "'"
-        items.append(quoted + (":" + ",".join(map(str, positions)) if positions else ""))
-    return " ".join(items)
-
-
-# -- tsvector_terms ------------------------------------------------------------------------
-
-
-def test_positions_are_counted_as_term_frequency() -> None:
-    assert tsvector_terms("'allerg':3 'daughter':2 'peanut':5,9,12") == {
-        "allerg": 1,
-        "daughter": 1,
-        "peanut": 3,
-    }
-
-
-def test_weighted_positions_count_like_plain_ones() -> None:
-    assert tsvector_terms("'lexem':1,4B 'titl':2A,7C,9D") == {"lexem": 2, "titl": 3}
-
-
-def test_doubled_quote_is_one_quote_in_the_lexeme() -> None:
-    assert tsvector_terms("'it''s':2 'o''brien':1,5") == {"it's": 1, "o'brien": 2}
-    assert tsvector_terms("''''") == {"'": 1}
-
-
-def test_lexemes_without_positions_count_once() -> None:
-    # A stripped tsvector (or a tsvector literal) has no positions.
-    assert tsvector_terms("'budget' 'review' 'quarter'") == {
-        "budget": 1,
-        "review": 1,
-        "quarter": 1,
-    }
-
-
-def test_lexemes_with_spaces_and_colons_stay_whole() -> None:
-    assert tsvector_terms("'new york':1 'a:b':2,3") == {"new york": 1, "a:b": 2}
-
-
-@pytest.mark.parametrize("value", ["", None])
-def test_empty_tsvector_has_no_terms(value: str | None) -> None:
-    assert tsvector_terms(value) == {}  # type: ignore[arg-type]
-
-
-_lexemes = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-    min_size=1,
-    max_size=12,
-)
-
-
-@given(
-    st.dictionaries(
-        _lexemes,
-        st.lists(st.integers(min_value=1, max_value=16383), max_size=6, unique=True),
-        max_size=12,
-    )
-)
-def test_parsing_the_text_form_round_trips(terms: dict[str, list[int]]) -> None:
-    parsed = tsvector_terms(_tsvector_text(terms))
-    assert parsed == {lexeme: max(len(positions), 1) for lexeme, positions in terms.items()}
 
 
 # -- bm25 ----------------------------------------------------------------------------------
@@ -121,6 +54,21 @@ def test_longer_document_scores_lower_for_the_same_occurrences() -> None:
     short = _score({"peanut": 1}, {"peanut": 1, "allerg": 1}, df)
     long = _score({"peanut": 1}, {"peanut": 1, **{f"w{i}": 1 for i in range(30)}}, df)
     assert short > long > 0
+
+
+@given(
+    doc=st.dictionaries(st.sampled_from(["peanut", "allerg", "w1", "w2", "w3"]), st.integers(1, 5)),
+    query=st.dictionaries(st.sampled_from(["peanut", "allerg", "absent"]), st.integers(1, 3)),
+)
+def test_the_query_terms_and_the_length_score_as_the_whole_document(
+    doc: dict[str, int], query: dict[str, int]
+) -> None:
+    # The matched rows come back with only the query's terms and the row's length.
+    held = {term: count for term, count in doc.items() if term in query}
+    df = {"peanut": 4, "allerg": 40, "absent": 1}
+    whole = bm25(query, doc, df=df, n_docs=500, avg_len=6.0)
+    part = bm25(query, held, df=df, n_docs=500, avg_len=6.0, doc_len=sum(doc.values()))
+    assert part == whole
 
 
 def test_idf_never_negative_even_for_a_term_in_every_document() -> None:

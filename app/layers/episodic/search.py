@@ -54,23 +54,15 @@ def lexical_candidates(
         table="episodic.turns", vector="search_tsv", where=where, order="occurred_at DESC"
     )
     f = turn_filter
-
-    def match(tsquery: str, count: int) -> list[Any]:
-        return list(
-            session.execute(
-                _MATCH,
-                {
-                    "user": f.user_id,
-                    "tsq": tsquery,
-                    "limit": count,
-                    "channel": f.channel,
-                    "since": f.since,
-                    "until": f.until,
-                },
-            )
-        )
-
-    return bm25_candidates(session, scope, params, query=query, limit=limit, match=match)
+    return bm25_candidates(
+        session,
+        scope,
+        params,
+        query=query,
+        limit=limit,
+        match=_MATCH,
+        match_params={"user": f.user_id, "channel": f.channel, "since": f.since, "until": f.until},
+    )
 
 
 def dense_candidates(
@@ -101,8 +93,8 @@ def dense_candidates(
 
 
 # The index-backed match under the tenant's scope (see the recall migration for why).
-_MATCH = text(
-    "SELECT id, v FROM episodic.match_turns(:user, CAST(:tsq AS tsquery), :limit,"
+_MATCH = (
+    "episodic.match_turns(:user, CAST(:tsq AS tsquery), :limit,"
     " CAST(:channel AS text), CAST(:since AS timestamptz), CAST(:until AS timestamptz))"
 )
 

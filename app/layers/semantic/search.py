@@ -127,33 +127,31 @@ def lexical_candidates(
     )
     f = memory_filter
 
-    def match(tsquery: str, count: int) -> list[Any]:
-        return list(
-            session.execute(
-                _MATCH,
-                {
-                    "user": f.user_id,
-                    "tsq": tsquery,
-                    "limit": count,
-                    "superseded": f.include_superseded,
-                    "archived": f.include_archived,
-                    "channel": f.channel,
-                    "tags": list(f.tags) or None,
-                    "kinds": list(f.kinds) or None,
-                    "since": f.since,
-                    "until": f.until,
-                    "min_importance": f.min_importance,
-                    "exclude": list(f.exclude_ids) or None,
-                },
-            )
-        )
-
-    return bm25_candidates(session, scope, params, query=query, limit=limit, match=match)
+    return bm25_candidates(
+        session,
+        scope,
+        params,
+        query=query,
+        limit=limit,
+        match=_MATCH,
+        match_params={
+            "user": f.user_id,
+            "superseded": f.include_superseded,
+            "archived": f.include_archived,
+            "channel": f.channel,
+            "tags": list(f.tags) or None,
+            "kinds": list(f.kinds) or None,
+            "since": f.since,
+            "until": f.until,
+            "min_importance": f.min_importance,
+            "exclude": list(f.exclude_ids) or None,
+        },
+    )
 
 
 # The index-backed match under the tenant's scope (see the recall migration for why).
-_MATCH = text(
-    "SELECT id, v FROM semantic.match_memories(:user, CAST(:tsq AS tsquery), :limit,"
+_MATCH = (
+    "semantic.match_memories(:user, CAST(:tsq AS tsquery), :limit,"
     " :superseded, :archived, CAST(:channel AS text), CAST(:tags AS text[]),"
     " CAST(:kinds AS text[]), CAST(:since AS timestamptz), CAST(:until AS timestamptz),"
     " CAST(:min_importance AS double precision), CAST(:exclude AS uuid[]))"

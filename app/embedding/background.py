@@ -1,0 +1,62 @@
+"""A search query's vector, embedded in a background thread while the search reads words.
+
+A search needs the query's vector only for its dense legs; its lexical legs wait on
+Postgres. onnxruntime releases the GIL while it computes (a remote embedding service is a
+network wait), and psycopg releases it while the server works, so embedding the query beside
+the lexical legs takes the model off the search's critical path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from app.embedding.base import Embedder, EmbeddingError
+
+# Searches running at once in one process (the API's worker threads) each hold one thread
+# here while their query is embedded; more waiting searches queue.
+MAX_THREADS = 16
+
+_lock = threading.Lock()
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """This process's pool: a forked child gets its own (its parent's threads are not
+    there, and an executor that believes they are never runs a task)."""
+    pid = os.getpid()
+    with _lock:
+        if pid not in _pools:
+            _pools.clear()
+            _pools[pid] = ThreadPoolExecutor(MAX_THREADS, thread_name_prefix="query-embedding")
+        return _pools[pid]
+
+
+class QueryVector:
+    """The vector of one query: `get()` waits for it; None when the backend failed, with
+    `error` saying why (the search then ranks by words alone and says so)."""
+
+    def __init__(self, future: Future[list[list[float]]] | None, vector: Sequence[float] | None):
+        self._future = future
+        self._vector = vector
+        self.error: EmbeddingError | None = None
+
+    @classmethod
+    def ready(cls, vector: Sequence[float] | None) -> QueryVector:
+        """A vector already at hand (or none: a lexical-only ranking)."""
+        return cls(None, vector)
+
+    @classmethod
+    def start(cls, embedder: Embedder, text: str) -> QueryVector:
+        return cls(_pool().submit(embedder.embed, [text]), None)
+
+    def get(self) -> Sequence[float] | None:
+        if self._future is not None:
+            future, self._future = self._future, None
+            try:
+                self._vector = future.result()[0]
+            except EmbeddingError as exc:
+                self.error = exc
+        return self._vector
