@@ -20,6 +20,7 @@ Number = TypeVar("Number", float, np.ndarray)
 BM25_K1 = 1.2
 BM25_B = 0.75
 
+
 def idf(df: int, n_docs: int) -> float:
     """BM25's idf with the +1 inside the log, so it never goes negative for common terms."""
     n = max(n_docs, df, 1)
