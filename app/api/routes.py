@@ -6,8 +6,8 @@ import dataclasses
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, status
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, Response, status
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from app.api import schemas
 from app.api.auth import Tenant
@@ -36,6 +36,7 @@ from app.streams.producer import NotReplicatedError, ProducerError, StreamFullEr
 router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
 MAX_EVENTS = 1000
+_SEARCH_RESULT = TypeAdapter(schemas.SearchResult)
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
 AgentId = Annotated[
     str | None,
@@ -97,7 +98,7 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
 
 
 @router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
-def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Response:
     """Hybrid search: the source turns that answer the query, each with the memories made
     from it attached (`unit: memories` ranks memories instead).
 
@@ -113,7 +114,9 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> dict[s
         client=state.redis,
         record=body.record,
     )
-    return dataclasses.asdict(result)
+    # Serialised straight from the dataclass by its schema: the generic path copies it into
+    # dicts first (dataclasses.asdict), 3 ms for 30 hits with their memories attached.
+    return Response(_SEARCH_RESULT.dump_json(result), media_type="application/json")
 
 
 @router.post("/context", tags=["recall"], response_model=schemas.ContextResponse)
