@@ -6,12 +6,14 @@ travels as a parameter. pgvector's iterative index scan keeps returning neighbou
 order is re-sorted by the exact distance in the outer query.
 
 Which plan serves a user is chosen here, not by the planner: it prices the filtered index
-scan badly and, once psycopg prepares the statement, plans for the average user. Measured on
-bench/search.py's 100k memories: reading a 4.4k-memory user's rows through its btree and
-sorting them took 30 ms against 21 through HNSW, 14k memories 59 against 6 — while HNSW for
-a 300-memory user took 115 ms against 1. The index walk visits about limit * table / user
-rows, the exact sort reads the user's rows, so the crossover grows with the square root of
-the table: HNSW once the user holds sqrt(CROSSOVER * table rows) rows (4k of 100k, 13k of 1M).
+scan badly and, once psycopg prepares the statement, plans for the average user. The index
+walk visits about limit * table / user rows, the exact sort reads the user's rows, so the
+crossover grows with the square root of the table: HNSW once the user holds
+sqrt(CROSSOVER * table rows) rows. CROSSOVER was 160 while a memory's vector lay in TOAST
+(every row the exact sort read fetched it from there); with vectors stored in the row
+(migration b8d4f2a6c913) the sort got cheaper, and bench/scale.py's search phase (the same
+databases, three values in one hour) gave p95 at 100k / 1M memories of 64.3 / 232.0 ms with
+160, 39.9 / 176.6 with 1,000 and 36.3 / 122.1 with 2,000: HNSW from 14k of 100k, 45k of 1M.
 For a partitioned table the walk is of the user's partition's own index, so its rows count.
 """
 
@@ -41,7 +43,7 @@ def vector_literal(vector: Sequence[float]) -> str:
     return template % tuple(vector)
 
 
-CROSSOVER = 160.0
+CROSSOVER = 2000.0
 SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) the table's size is taken as this
 TABLE_SIZE_TTL_S = 60.0
 _table_rows: dict[str, tuple[float, float]] = {}

@@ -53,10 +53,10 @@ class QueryVector:
         return cls(_pool().submit(embedder.embed, [text]), None)
 
     def get(self) -> Sequence[float] | None:
-        if self._future is not None:
-            future, self._future = self._future, None
-            try:
-                self._vector = future.result()[0]
-            except EmbeddingError as exc:
-                self.error = exc
-        return self._vector
+        if self._future is None:
+            return self._vector
+        try:
+            return self._future.result()[0]
+        except EmbeddingError as exc:
+            self.error = exc
+            return None

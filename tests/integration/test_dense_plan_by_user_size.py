@@ -64,9 +64,9 @@ def statements(settings: Settings) -> Iterator[list[str]]:
 
 def test_the_threshold_grows_with_the_square_root_of_the_table() -> None:
     assert index_threshold(0) == index_threshold(nearest_module.SMALLEST_TABLE)
-    assert index_threshold(100_000) == 4_000
-    assert index_threshold(1_000_000) == pytest.approx(4_000 * 10**0.5, abs=1)
-    assert index_threshold(400_000) == 2 * index_threshold(100_000)
+    assert index_threshold(100_000) == pytest.approx(14_142, abs=1)
+    assert index_threshold(1_000_000) == pytest.approx(44_721, abs=1)
+    assert index_threshold(400_000) == pytest.approx(2 * index_threshold(100_000), abs=1)
 
 
 def test_big_users_walk_the_index_small_ones_sort_and_both_are_exact(
