@@ -44,7 +44,7 @@ from app.services.search import SearchRequest, search
 from app.services.search_models import prior_weights
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
-from app.text.tokens import count_tokens, truncate_to_tokens
+from app.text.tokens import count_many, count_tokens, fit_to_tokens, truncate_to_tokens
 from app.text.untrusted import fence, suspected
 
 CONVERSATION_SHARE = 0.4
@@ -113,10 +113,11 @@ class _Packer:
     used: int = 0
     sections: dict[str, list[str]] = field(default_factory=dict)
 
-    def add(self, section: str, line: str) -> bool:
+    def add(self, section: str, line: str, counted: int | None = None) -> bool:
+        """`counted`: the tokens of "\n" + line when the caller counted them (in a batch)."""
         # Each piece is counted with the separator before it: free for the shipped WordPiece,
         # a token (or part of one) for the BPE tokenizers operators may configure.
-        cost = count_tokens("\n" + line) + (
+        cost = (count_tokens("\n" + line) if counted is None else counted) + (
             0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
         )
         if self.used + cost > self.budget:
@@ -161,9 +162,10 @@ def _item_line(item: dict[str, Any]) -> str:
     return _memory_line(item["content"], item["occurred_at"], item["kind"])
 
 
-def _shortened(line: str, limit: int) -> str:
-    """The line, or its head cut at a word boundary within `limit` tokens and marked "…"."""
-    if count_tokens(line) <= limit:
+def _shortened(line: str, limit: int, counted: int) -> str:
+    """The line (of `counted` tokens), or its head cut at a word boundary within `limit`
+    tokens and marked "…"."""
+    if counted <= limit:
         return line
     head = truncate_to_tokens(line, limit - 1)
     cut = head.rsplit(" ", 1)[0] if " " in head else head
@@ -329,15 +331,25 @@ def assemble_context(
         and packer.add("summary", summary_text)
     ):
         parts["summary"] = summary
-    # 2. Memories.
+    # 2. Memories: every candidate's line counted in two batches, not two calls per item.
     chosen: list[dict[str, Any]] = []
-    for item in candidates:
+    lines = [_item_line(item) for item in candidates]
+    limit = max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE))
+    lines = [
+        _shortened(line, limit, counted)
+        for line, counted in zip(lines, count_many(lines), strict=True)
+    ]
+    flags = [
+        suspected(line, stored=bool(item.get("suspected_instruction")))
+        for line, item in zip(lines, candidates, strict=True)
+    ]
+    shown = [_quoted(line, flagged) for line, flagged in zip(lines, flags, strict=True)]
+    costs = count_many(["\n" + line for line in shown])
+    for item, flagged, line, cost in zip(candidates, flags, shown, costs, strict=True):
         sources = set(item.get("event_ids") or [])
         if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
-        line = _shortened(_item_line(item), max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE)))
-        flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
-        if packer.add("memories", _quoted(line, flagged)):
+        if packer.add("memories", line, cost):
             chosen.append({**item, "suspected_instruction": flagged})
             in_block.add(_normalised(item["content"]))
     parts["memories"] = chosen
@@ -385,7 +397,7 @@ def assemble_context(
 
     # Counted piece by piece; a tokenizer that merges across a separator could still come out
     # a token over, and the budget is a promise, so the total is checked as well.
-    text = truncate_to_tokens(packer.text(), budget)
+    text, tokens = fit_to_tokens(packer.text(), budget)
     record_retrieval(
         client,
         settings,
@@ -399,7 +411,7 @@ def assemble_context(
     )
     return ContextResult(
         text=text,
-        tokens=count_tokens(text),
+        tokens=tokens,
         token_budget=budget,
         prefetch="hit" if entry is not None else "miss",
         parts=parts,

@@ -207,6 +207,15 @@ def count_many(texts: Sequence[str]) -> list[int]:
     return counts
 
 
+def fit_to_tokens(text: str, budget: int) -> tuple[str, int]:
+    """truncate_to_tokens and the result's token count, encoding `text` once when it fits."""
+    count = len(_configured().encode(text, add_special_tokens=False).ids)
+    if count <= budget:
+        return text, count
+    fitted = truncate_to_tokens(text, budget)
+    return fitted, count_tokens(fitted)
+
+
 def truncate_to_tokens(text: str, budget: int) -> str:
     """The longest prefix of `text` (cut at a token boundary) that counts at most `budget`."""
     encoding = _configured().encode(text, add_special_tokens=False)

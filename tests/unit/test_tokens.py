@@ -41,6 +41,13 @@ def test_truncation_is_a_prefix_within_the_budget(text: str, budget: int) -> Non
         assert cut == text
 
 
+@given(st.text(max_size=300), st.integers(min_value=0, max_value=60))
+def test_fitting_is_truncating_with_the_count(text: str, budget: int) -> None:
+    fitted, counted = tokens.fit_to_tokens(text, budget)
+    assert fitted == tokens.truncate_to_tokens(text, budget)
+    assert counted == count_tokens(fitted) <= budget
+
+
 def test_a_model_familys_tokenizer_file_can_be_configured(tmp_path: Path) -> None:
     copy = tmp_path / "tokenizer.json"
     shutil.copy(tokens._SHIPPED_PATH, copy)
