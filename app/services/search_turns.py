@@ -184,12 +184,27 @@ def rank_turns(
     turn_ids = [key[1] for key, _ in pool if key[0] == "turn"]
     memory_ids = {key[1] for key, _ in pool if key[0] == "memory"}
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
-    turn_rows = turn_search.turns_by_id(session, tenant_id, request.user_id, turn_ids)
+    # The pool is ranked on what the prior needs; whole rows are read for the hits alone.
+    times = turn_search.turn_times(session, tenant_id, request.user_id, turn_ids)
+    priors = memory_search.memory_priors(session, request.user_id, list(memory_ids))
+    best = _best(pool, fused, times, priors, settings, now, request.limit)
+    shown_turns = [item_id for _, item_id, layer, _ in best if layer == "turn"]
+    shown_memories = {item_id for _, item_id, layer, _ in best if layer == "memory"}
+    shown_memories |= {m for t in shown_turns for m in fused.via.get(t, []) if m in priors}
+    turn_rows = turn_search.turns_by_id(session, tenant_id, request.user_id, shown_turns)
     # Memories ranked here cite no turn, and attached ones are shown without theirs.
     memory_rows = memory_search.memories_by_id(
-        session, request.user_id, list(memory_ids), sources=False
+        session, request.user_id, list(shown_memories), sources=False
     )
-    return _hits(pool, fused, turn_rows, memory_rows, settings, now, request.limit)
+    hits: list[SearchHit] = []
+    for score, item_id, layer, parts in best:
+        if layer == "memory":
+            if item_id in memory_rows:
+                hits.append(memory_hit(memory_rows[item_id], score, parts, []))
+        elif item_id in turn_rows:
+            attached = [memory_rows[m] for m in fused.via.get(item_id, []) if m in memory_rows]
+            hits.append(turn_hit(turn_rows[item_id], score, parts, attached))
+    return hits
 
 
 def _favour_the_named_speaker(
@@ -260,25 +275,30 @@ def names_speaker(query: str, speaker: str) -> bool:
     )
 
 
-def _hits(
+def _best(
     pool: list[tuple[tuple[str, uuid.UUID], float]],
     fused: Fused[uuid.UUID, uuid.UUID],
-    turn_rows: dict[uuid.UUID, Any],
-    memory_rows: dict[uuid.UUID, Any],
+    times: dict[uuid.UUID, datetime],
+    priors: dict[uuid.UUID, Any],
     settings: Settings,
     now: datetime,
     limit: int,
-) -> list[SearchHit]:
-    """The best `limit` of the pool by relevance * prior; hits are built for those alone."""
+) -> list[tuple[float, uuid.UUID, str, dict[str, float]]]:
+    """The best `limit` of the pool by relevance * prior, as (score, id, layer, parts); a
+    turn's prior is its memories' (importance, consolidation) with its own recency."""
     weights = prior_weights(settings)
-    scored: list[tuple[float, uuid.UUID, Any]] = []
+    scored: list[tuple[float, uuid.UUID, str, dict[str, float]]] = []
     for (layer, item_id), relevance in pool:
-        row = turn_rows.get(item_id) if layer == "turn" else memory_rows.get(item_id)
-        if row is None:
+        if layer == "turn":
+            occurred_at = times.get(item_id)
+            keys = [priors[m] for m in fused.via.get(item_id, []) if m in priors]
+        else:
+            memory = priors.get(item_id)
+            occurred_at = memory.occurred_at if memory is not None else None
+            keys = [memory]
+        if occurred_at is None:
             continue
-        attached = [memory_rows[m] for m in fused.via.get(item_id, []) if m in memory_rows]
-        keys = attached if layer == "turn" else [row]
-        age_days = (now - row.occurred_at).total_seconds() / 86_400
+        age_days = (now - occurred_at).total_seconds() / 86_400
         fresh = float(recency(age_days, settings.search_recency_half_life_days))
         prior = float(
             memory_prior(
@@ -296,11 +316,6 @@ def _hits(
         }
         if keys:
             parts["importance"] = round(max(m.importance for m in keys), 6)
-        scored.append((relevance * prior, item_id, (layer, row, parts, attached)))
+        scored.append((relevance * prior, item_id, layer, parts))
     scored.sort(key=lambda item: (-item[0], item[1]))
-    return [
-        turn_hit(row, score, parts, attached)
-        if layer == "turn"
-        else memory_hit(row, score, parts, [])
-        for score, _, (layer, row, parts, attached) in scored[:limit]
-    ]
+    return scored[:limit]

@@ -220,6 +220,24 @@ def memories_by_id(
     return {row.id: row for row in rows}
 
 
+def memory_priors(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    """id → (importance, consolidation_strength, occurred_at) of the user's memories: what
+    the prior of a pool of hits needs, before the whole rows of the few that are returned
+    are read (memories_by_id)."""
+    if not ids:
+        return {}
+    # OFFSET 0 keeps the user check out of the scan, as in source_turns.
+    rows = session.execute(
+        text(
+            "SELECT id, importance, consolidation_strength, occurred_at FROM (SELECT id,"
+            " user_id, importance, consolidation_strength, occurred_at FROM semantic.memories"
+            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS m WHERE user_id = :user"
+        ),
+        {"user": user_id, "ids": list(ids)},
+    ).all()
+    return {row.id: row for row in rows}
+
+
 _NO_SOURCE_TURNS = "CAST('{}' AS text[]) AS source_external_ids, CAST('{}' AS uuid[]) AS source_ids"
 
 
