@@ -138,31 +138,14 @@ def speakers_of(
     planner keeps the one partition (the row-level-security check alone is known only when
     the statement runs, and planning all sixteen cost more than the read), and the primary
     key (id, tenant_id, user_id) finds each turn there."""
-    if not ids:
-        return {}
-    rows = session.execute(
-        text(
-            f"SELECT id, speaker FROM episodic.turns WHERE {_owner()}"  # noqa: S608
-            " AND id = ANY(CAST(:ids AS uuid[])) AND speaker IS NOT NULL"
-        ),
-        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-    ).all()
-    return {row.id: row.speaker for row in rows}
+    rows = _by_id(session, tenant_id, user_id, ids, "id, speaker")
+    return {row.id: row.speaker for row in rows if row.speaker is not None}
 
 
 def turns_by_id(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Any]:
-    if not ids:
-        return {}
-    rows = session.execute(
-        text(
-            f"SELECT {_TURN_FIELDS} FROM episodic.turns"  # noqa: S608
-            f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
-        ),
-        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-    ).all()
-    return {row.id: row for row in rows}
+    return {row.id: row for row in _by_id(session, tenant_id, user_id, ids, _TURN_FIELDS)}
 
 
 def turn_times(
@@ -170,16 +153,25 @@ def turn_times(
 ) -> dict[uuid.UUID, datetime]:
     """turn id → when it was said: what ranking a pool of turns by recency needs, before
     the whole rows of the few that are returned are read (turns_by_id)."""
-    if not ids:
-        return {}
-    rows = session.execute(
-        text(
-            f"SELECT id, occurred_at FROM episodic.turns WHERE {_owner()}"  # noqa: S608
-            " AND id = ANY(CAST(:ids AS uuid[]))"
-        ),
-        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-    ).all()
+    rows = _by_id(session, tenant_id, user_id, ids, "id, occurred_at")
     return {row.id: row.occurred_at for row in rows}
+
+
+def _by_id(
+    session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], columns: str
+) -> list[Any]:
+    """`columns` (a fixed list) of the user's turns with these ids (see speakers_of)."""
+    if not ids:
+        return []
+    return list(
+        session.execute(
+            text(
+                f"SELECT {columns} FROM episodic.turns"  # noqa: S608
+                f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
+            ),
+            {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
+        )
+    )
 
 
 def neighbours_of(

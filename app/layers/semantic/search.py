@@ -224,17 +224,7 @@ def memory_priors(session: Session, user_id: str, ids: Sequence[uuid.UUID]) -> d
     """id → (importance, consolidation_strength, occurred_at) of the user's memories: what
     the prior of a pool of hits needs, before the whole rows of the few that are returned
     are read (memories_by_id)."""
-    if not ids:
-        return {}
-    # OFFSET 0 keeps the user check out of the scan, as in source_turns.
-    rows = session.execute(
-        text(
-            "SELECT id, importance, consolidation_strength, occurred_at FROM (SELECT id,"
-            " user_id, importance, consolidation_strength, occurred_at FROM semantic.memories"
-            " WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS m WHERE user_id = :user"
-        ),
-        {"user": user_id, "ids": list(ids)},
-    ).all()
+    rows = _own_by_id(session, user_id, ids, "importance, consolidation_strength, occurred_at")
     return {row.id: row for row in rows}
 
 
@@ -277,16 +267,23 @@ def source_turns(
     session: Session, user_id: str, ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[uuid.UUID]]:
     """memory id → the ids of the turns it was extracted from, in the memory's order."""
+    rows = _own_by_id(session, user_id, ids, "source_turn_ids")
+    return {row.id: list(row.source_turn_ids or []) for row in rows}
+
+
+def _own_by_id(session: Session, user_id: str, ids: Sequence[uuid.UUID], columns: str) -> list[Any]:
+    """id and `columns` (a fixed list) of the user's memories with these ids."""
     if not ids:
-        return {}
+        return []
     # OFFSET 0 keeps the user check out of the scan: ANDed into it, the planner intersected
     # the primary key with all of a big user's index entries (4 ms at 14k memories).
-    rows = session.execute(
-        text(
-            "SELECT id, source_turn_ids FROM (SELECT id, user_id, source_turn_ids"
-            " FROM semantic.memories WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS m"
-            " WHERE user_id = :user"
-        ),
-        {"user": user_id, "ids": list(ids)},
-    ).all()
-    return {row.id: list(row.source_turn_ids or []) for row in rows}
+    return list(
+        session.execute(
+            text(
+                f"SELECT id, {columns} FROM (SELECT id, user_id, {columns}"  # noqa: S608
+                " FROM semantic.memories WHERE id = ANY(CAST(:ids AS uuid[])) OFFSET 0) AS m"
+                " WHERE user_id = :user"
+            ),
+            {"user": user_id, "ids": list(ids)},
+        )
+    )
