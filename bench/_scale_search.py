@@ -33,7 +33,9 @@ from app.embedding.base import Embedder
 from app.embedding.factory import local_embedder
 from app.scoring.procedural import normalise_pattern
 
-LABEL_VERSION = 1
+# Part of the label --reuse matches: raised when the schema a database was loaded into changes
+# its layout (2: semantic.memories partitioned by user), so such a database is built anew.
+LABEL_VERSION = 2
 
 
 def size_label(size: int) -> str:

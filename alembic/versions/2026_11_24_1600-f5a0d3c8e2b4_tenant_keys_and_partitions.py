@@ -63,9 +63,10 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from alembic import op
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from app.config import get_settings
+from app.db.rebuild import carried, grants
 
 revision: str = "f5a0d3c8e2b4"
 down_revision: str | None = "e4b9c6d2a8f1"
@@ -188,84 +189,12 @@ PLAIN_KEYS = {
 }
 HOT_VIEWS = ("meta.hot_memories", "meta.hot_memories_mv")
 
-_CMD = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
-
-
-def _saved(conn: Connection, table: str) -> list[str]:
-    """What a table carries besides its rows and keys, as DDL to run on its replacement:
-    indexes (other than the keys'), triggers, row-level security, policies and grants."""
-    oid = {"t": table}
-    statements = [
-        # A partitioned table's index reads `ON ONLY`; on its replacement it covers every part.
-        row[0].replace(" ON ONLY ", " ON ")
-        for row in conn.execute(
-            text(
-                "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index AS i"
-                " WHERE i.indrelid = CAST(:t AS regclass) AND NOT EXISTS"
-                " (SELECT 1 FROM pg_constraint AS c WHERE c.conindid = i.indexrelid)"
-                " ORDER BY i.indexrelid"
-            ),
-            oid,
-        )
-    ]
-    statements += [
-        row[0]
-        for row in conn.execute(
-            text(
-                "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
-                " WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal ORDER BY tgname"
-            ),
-            oid,
-        )
-    ]
-    enabled, forced = conn.execute(
-        text(
-            "SELECT relrowsecurity, relforcerowsecurity FROM pg_class"
-            " WHERE oid = CAST(:t AS regclass)"
-        ),
-        oid,
-    ).one()
-    if enabled:
-        statements.append(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
-    if forced:
-        statements.append(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
-    for name, permissive, cmd, roles, using, check in conn.execute(
-        text(
-            "SELECT quote_ident(polname), polpermissive, polcmd,"
-            " ARRAY(SELECT CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r))"
-            "  END FROM unnest(polroles) AS r),"
-            " pg_get_expr(polqual, polrelid), pg_get_expr(polwithcheck, polrelid)"
-            " FROM pg_policy WHERE polrelid = CAST(:t AS regclass) ORDER BY polname"
-        ),
-        oid,
-    ):
-        statements.append(
-            f"CREATE POLICY {name} ON {table} AS {'PERMISSIVE' if permissive else 'RESTRICTIVE'}"
-            f" FOR {_CMD[cmd]} TO {', '.join(roles)}"
-            + (f" USING ({using})" if using else "")
-            + (f" WITH CHECK ({check})" if check else "")
-        )
-    return statements + _grants(conn, table)
-
-
-def _grants(conn: Connection, relation: str) -> list[str]:
-    rows = conn.execute(
-        text(
-            "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid("
-            "a.grantee)) END, string_agg(a.privilege_type, ', ' ORDER BY a.privilege_type)"
-            " FROM pg_class AS c, aclexplode(c.relacl) AS a"
-            " WHERE c.oid = CAST(:t AS regclass) AND a.grantee <> c.relowner GROUP BY 1"
-        ),
-        {"t": relation},
-    )
-    return [f"GRANT {privileges} ON {relation} TO {grantee}" for grantee, privileges in rows]
-
 
 def _rebuild(table: str, partitioned: bool) -> None:
     """Replace `table` by a copy with the same columns, partitioned or plain, and move the rows."""
     conn = op.get_bind()
     name = table.split(".")[1]
-    saved = _saved(conn, table)
+    saved = carried(conn, table)
     staging = f"{table}_new"
     keys = PARTITIONED_KEYS[table] if partitioned else ("", *PLAIN_KEYS[table])
     by = f" PARTITION BY {keys[0]}" if partitioned else ""
@@ -341,8 +270,8 @@ def _rebuild_access_patterns(partitioned: bool) -> None:
         ),
         {"v": matview},
     ).one()
-    matview_extra = _saved(conn, matview)
-    view_grants = _grants(conn, view)
+    matview_extra = carried(conn, matview)
+    view_grants = grants(conn, view)
     op.execute(f"DROP VIEW {view}")
     op.execute(f"DROP MATERIALIZED VIEW {matview}")
     _rebuild(ACCESS, partitioned)

@@ -26,33 +26,36 @@ def decay_pass(
     """(rows decayed, rows archived) at `tick`; None if another pass holds the job.
 
     A cross-tenant maintenance pass, run as the schema owner like the view refresh: it reads
-    and returns no tenant's data, applies one formula to every live row, and walks the heap
-    in page ranges so that each page is visited once per pass (tenants' rows share pages;
-    a pass per tenant would read the whole heap once per tenant). `tenant_id` limits it to
-    one tenant (on demand)."""
+    and returns no tenant's data, applies one formula to every live row, and walks each heap
+    (the partitions') in page ranges so that each page is visited once per pass (tenants'
+    rows share pages; a pass per tenant would read the whole heap once per tenant).
+    `tenant_id` limits it to one tenant (on demand)."""
     scope = tenant_id or ALL_TENANTS
     with run_job("decay", scope, tick=tick, engine=owner_engine()) as run:
         if run is None:
             return None
         with unit_of_work(engine=owner_engine()) as session:
-            pages, per_page = decay_sql.heap_pages(session=session)
-        step = max(1, int(settings.decay_batch / per_page)) if per_page else 1000
+            heaps = decay_sql.heaps(session=session)
         archived = 0
-        for first in range(0, pages, step):
-            with unit_of_work(engine=owner_engine()) as session:
-                batch = decay_sql.decay_pages(
-                    session=session,
-                    first_page=first,
-                    end_page=first + step,
-                    tick=tick,
-                    base_days=settings.decay_half_life_days,
-                    floor=settings.decay_floor,
-                    tenant_id=tenant_id,
-                )
-            run.rows += batch.rows
-            archived += batch.archived
-            run.detail["archived"] = archived
-        run.detail["pages"] = pages
+        for heap in heaps:
+            per_page = heap.rows_per_page
+            step = max(1, int(settings.decay_batch / per_page)) if per_page else 1000
+            for first in range(0, heap.pages, step):
+                with unit_of_work(engine=owner_engine()) as session:
+                    batch = decay_sql.decay_pages(
+                        session=session,
+                        heap=heap.relation,
+                        first_page=first,
+                        end_page=first + step,
+                        tick=tick,
+                        base_days=settings.decay_half_life_days,
+                        floor=settings.decay_floor,
+                        tenant_id=tenant_id,
+                    )
+                run.rows += batch.rows
+                archived += batch.archived
+                run.detail["archived"] = archived
+        run.detail["pages"] = sum(heap.pages for heap in heaps)
         return run.rows, archived
 
 

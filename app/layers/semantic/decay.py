@@ -29,15 +29,16 @@ _HALF_LIFE = (
 )
 NEW_IMPORTANCE = f"m.importance * power(0.5, {_IDLE_DAYS} / ({_HALF_LIFE}))"
 
-# One batch: the live memories on a range of heap pages that this tick has not reached yet
-# (a TID range scan: each page is read once per pass, whoever's rows it holds). Rows already
+# One batch: the live memories on a range of one heap's pages (the table's, or one of its
+# partitions') that this tick has not reached yet (a TID range scan: each page is read once
+# per pass, whoever's rows it holds). Rows already
 # at this tick are skipped, which is what makes a re-run of the same tick (or a resumed one)
 # change nothing twice. Only importance, decayed_at and archived_at change, none of them
 # indexed (and search_tsv is no generated column), so on pages with room the updates are
 # HOT: no index entries, nothing recomputed. The tenant's knowledge is no user's memory and
 # is used by no one in particular: it never decays, so it is never archived either.
-_DECAY_PAGES = text(
-    "WITH changed AS (UPDATE semantic.memories AS m SET"  # noqa: S608 - constant fragments
+_DECAY_PAGES = (
+    "WITH changed AS (UPDATE {heap} AS m SET"  # noqa: S608 - constant fragments, catalog names
     f"  importance = LEAST(1, GREATEST(0, {NEW_IMPORTANCE})),"
     "  decayed_at = :tick,"
     f"  archived_at = CASE WHEN {NEW_IMPORTANCE} < :floor THEN :tick END"
@@ -56,21 +57,34 @@ class DecayBatch:
     archived: int
 
 
-def heap_pages(*, session: Session) -> tuple[int, float]:
-    """(pages in the memories heap now, rows per page as last analysed)."""
-    row = session.execute(
+@dataclass(frozen=True)
+class Heap:
+    """One heap holding memories: the table's, or a partition's (its name from the catalog)."""
+
+    relation: str
+    pages: int
+    rows_per_page: float  # as last analysed
+
+
+def heaps(*, session: Session) -> list[Heap]:
+    """The heaps of semantic.memories now: its partitions' (or its own, unpartitioned)."""
+    rows = session.execute(
         text(
-            "SELECT pg_relation_size('semantic.memories') / current_setting('block_size')::int,"
-            " CASE WHEN relpages > 0 THEN GREATEST(reltuples, 0) / relpages ELSE 0 END"
-            " FROM pg_class WHERE oid = 'semantic.memories'::regclass"
+            "SELECT CAST(p.relid AS regclass)::text AS relation,"
+            " pg_relation_size(p.relid) / current_setting('block_size')::int AS pages,"
+            " CASE WHEN c.relpages > 0 THEN GREATEST(c.reltuples, 0) / c.relpages ELSE 0 END"
+            "  AS per_page"
+            " FROM pg_partition_tree('semantic.memories') AS p"
+            " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf ORDER BY p.relid"
         )
-    ).one()
-    return int(row[0]), float(row[1])
+    ).all()
+    return [Heap(row.relation, int(row.pages), float(row.per_page)) for row in rows]
 
 
 def decay_pages(
     *,
     session: Session,
+    heap: str,
     first_page: int,
     end_page: int,
     tick: datetime,
@@ -79,7 +93,7 @@ def decay_pages(
     tenant_id: str | None = None,
 ) -> DecayBatch:
     row = session.execute(
-        _DECAY_PAGES,
+        text(_DECAY_PAGES.format(heap=heap)),
         {
             "lo": f"({first_page},0)",
             "hi": f"({end_page},0)",

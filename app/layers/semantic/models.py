@@ -13,6 +13,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -41,8 +42,9 @@ MEMORY_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event
 class Memory(Base):
     __tablename__ = "memories"
     __table_args__ = (
-        tenant_key("id"),
-        tenant_reference("superseded_by", "semantic.memories", "SET NULL"),
+        # Partitioned like the trace (migration c3f1e8a2d5b7): the key holds the user.
+        PrimaryKeyConstraint("id", "tenant_id", "user_id"),
+        tenant_reference("superseded_by", "semantic.memories", "SET NULL", user=True),
         tenant_reference("session_id", "episodic.sessions", "SET NULL"),
         UniqueConstraint("tenant_id", "user_id", "content_hash"),
         CheckConstraint(
@@ -88,7 +90,7 @@ class Memory(Base):
             "superseded_by",
             postgresql_where=text("superseded_by IS NOT NULL"),
         ),
-        {"schema": "semantic"},
+        {"schema": "semantic", "postgresql_partition_by": "HASH (tenant_id, user_id)"},
     )
 
     id: Mapped[uuid.UUID] = uuid_id()
@@ -155,7 +157,7 @@ class Replay(Base):
     __tablename__ = "replays"
     __table_args__ = (
         tenant_key("cycle_id", "memory_id"),
-        tenant_reference("memory_id", "semantic.memories", "CASCADE"),
+        tenant_reference("memory_id", "semantic.memories", "CASCADE", user=True),
         Index("ix_replays_tenant_user_replayed", "tenant_id", "user_id", "replayed_at"),
         {"schema": "semantic"},
     )

@@ -184,7 +184,7 @@ _INSERT_MEMORIES = text(
     " source_turn_ids = ARRAY(SELECT DISTINCT unnest(semantic.memories.source_turn_ids"
     "  || excluded.source_turn_ids)),"
     " updated_at = now()"
-    " RETURNING id, user_id, content_hash, (xmax = 0) AS inserted"
+    " RETURNING id, user_id, content_hash"
 )
 
 
@@ -197,7 +197,10 @@ def insert_memories(
         return {}
     document = json.dumps(list(rows), default=str, ensure_ascii=False)
     result = session.execute(_INSERT_MEMORIES, {"rows": document})
-    return {(r[1], r[2]): (r[0], bool(r[3])) for r in result}
+    # A reinforced twin keeps its own id, so a row came in when the id it was given is back
+    # (a partitioned table's RETURNING has no xmax to tell).
+    given = {(row["user_id"], row["content_hash"]): str(row["id"]) for row in rows}
+    return {(r[1], r[2]): (r[0], str(r[0]) == given.get((r[1], r[2]))) for r in result}
 
 
 _REINFORCE = text(
