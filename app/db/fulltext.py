@@ -43,9 +43,10 @@ class FulltextScope:
     # estimate is enough, and a filter on heap columns cost 6 ms per 10k rows); `where`
     # when None.
     size_where: str | None = None
-    # The sample's order, one the scope's (tenant, user, time) index serves: the same rows are
-    # sampled whatever the table's physical layout (without it, a migration's UPDATE or a
-    # VACUUM FULL changed a big user's statistics and so its rankings).
+    # The sample's order, one the scope's (tenant, user, time) index serves, ties broken by
+    # id: the same rows are sampled whatever the table's physical layout (without it, a
+    # migration's UPDATE or a VACUUM FULL changed a big user's statistics and so its
+    # rankings; memories made from one turn share its time).
     order: str | None = None
 
 

@@ -119,7 +119,7 @@ def prefetch(
             unique += memory_search.recent_memory_ids(
                 session, user_id, limit=FILL_TO, exclude=unique
             )
-        rows = memory_search.memories_by_id(session, user_id, unique)
+        rows = memory_search.memories_by_id(session, user_id, unique, tenant_id=tenant_id)
         current = [i for i in unique if i in rows and rows[i].valid_to is None]
         current = [i for i in current if rows[i].archived_at is None]
         vectors = memory_search.memory_embeddings(session, user_id, current)

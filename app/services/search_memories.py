@@ -227,7 +227,10 @@ def rank_memories(
     fused, parts = fuse(rankings, settings)
     pool = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0][1]))[: request.limit * 3]
     memory_rows = memory_search.memories_by_id(
-        session, request.user_id, [k[1] for k, _ in pool if k[0] == "memory"]
+        session,
+        request.user_id,
+        [k[1] for k, _ in pool if k[0] == "memory"],
+        tenant_id=tenant_id,
     )
     turn_rows = turn_search.turns_by_id(
         session, tenant_id, request.user_id, [k[1] for k, _ in pool if k[0] == "turn"]

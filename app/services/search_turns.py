@@ -128,7 +128,7 @@ def legs(
             _entity_leg(session, memory_filter, request, query, memory_legs, settings)
         )
     cited = {m for leg in memory_legs for m in leg.scores}
-    sources = memory_search.source_turns(session, request.user_id, list(cited))
+    sources = memory_search.source_turns(session, tenant_id, request.user_id, list(cited))
     return turn_legs, memory_legs, sources
 
 
@@ -186,7 +186,7 @@ def rank_turns(
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
     # The pool is ranked on what the prior needs; whole rows are read for the hits alone.
     times = turn_search.turn_times(session, tenant_id, request.user_id, turn_ids)
-    priors = memory_search.memory_priors(session, request.user_id, list(memory_ids))
+    priors = memory_search.memory_priors(session, tenant_id, request.user_id, list(memory_ids))
     best = _best(pool, fused, times, priors, settings, now, request.limit)
     shown_turns = [item_id for _, item_id, layer, _ in best if layer == "turn"]
     shown_memories = {item_id for _, item_id, layer, _ in best if layer == "memory"}
@@ -194,7 +194,7 @@ def rank_turns(
     turn_rows = turn_search.turns_by_id(session, tenant_id, request.user_id, shown_turns)
     # Memories ranked here cite no turn, and attached ones are shown without theirs.
     memory_rows = memory_search.memories_by_id(
-        session, request.user_id, list(shown_memories), sources=False
+        session, request.user_id, list(shown_memories), sources=False, tenant_id=tenant_id
     )
     hits: list[SearchHit] = []
     for score, item_id, layer, parts in best:

@@ -51,7 +51,7 @@ def lexical_candidates(
     """turn id → BM25 score over the user's raw turns in the filter."""
     where, params = turn_filter.clause()
     scope = FulltextScope(
-        table="episodic.turns", vector="search_tsv", where=where, order="occurred_at DESC"
+        table="episodic.turns", vector="search_tsv", where=where, order="occurred_at DESC, id DESC"
     )
     f = turn_filter
     return bm25_candidates(
