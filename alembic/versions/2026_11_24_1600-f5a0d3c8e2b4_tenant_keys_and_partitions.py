@@ -63,10 +63,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
 from alembic import op
-from sqlalchemy import text
 
 from app.config import get_settings
-from app.db.rebuild import carried, grants
+from app.db.rebuild import carried, views_over
 
 revision: str = "f5a0d3c8e2b4"
 down_revision: str | None = "e4b9c6d2a8f1"
@@ -254,34 +253,12 @@ PARTITIONS: dict[str, Callable[[str], list[str]]] = {
 
 def _rebuild_access_patterns(partitioned: bool) -> None:
     """meta.access_patterns with the hot-memories views that read it dropped and remade."""
-    conn = op.get_bind()
     view, matview = HOT_VIEWS
-    view_sql, view_options = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), coalesce(array_to_string(reloptions,"
-            " ', '), '') FROM pg_class WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": view},
-    ).one()
-    matview_sql, populated = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), relispopulated FROM pg_class"
-            " WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": matview},
-    ).one()
-    matview_extra = carried(conn, matview)
-    view_grants = grants(conn, view)
+    remake = views_over(op.get_bind(), view, matview)
     op.execute(f"DROP VIEW {view}")
     op.execute(f"DROP MATERIALIZED VIEW {matview}")
     _rebuild(ACCESS, partitioned)
-    data = "" if populated else " WITH NO DATA"
-    op.execute(f"CREATE MATERIALIZED VIEW {matview} AS {matview_sql.rstrip().rstrip(';')}{data}")
-    for statement in matview_extra:
-        op.execute(statement)
-    options = f" WITH ({view_options})" if view_options else ""
-    op.execute(f"CREATE VIEW {view}{options} AS {view_sql.rstrip().rstrip(';')}")
-    for statement in view_grants:
+    for statement in remake:
         op.execute(statement)
 
 

@@ -29,9 +29,8 @@ Create Date: 2026-11-27 15:00:00.000000
 from collections.abc import Sequence
 
 from alembic import op
-from sqlalchemy import text
 
-from app.db.rebuild import carried, grants
+from app.db.rebuild import carried, views_over
 
 revision: str = "c3f1e8a2d5b7"
 down_revision: str | None = "b8d4f2a6c913"
@@ -82,22 +81,7 @@ def _rebuild(partitioned: bool) -> None:
     """Replace semantic.memories by a copy, partitioned or plain, with everything it had."""
     conn = op.get_bind()
     view, matview = HOT_VIEWS
-    view_sql, view_options = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), coalesce(array_to_string(reloptions,"
-            " ', '), '') FROM pg_class WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": view},
-    ).one()
-    matview_sql, populated = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), relispopulated FROM pg_class"
-            " WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": matview},
-    ).one()
-    matview_extra = carried(conn, matview)
-    view_grants = grants(conn, view)
+    remake = views_over(conn, view, matview)
     saved = carried(conn, MEMORIES)
     for table, name, _, _ in REFERENCES:
         op.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
@@ -128,13 +112,7 @@ def _rebuild(partitioned: bool) -> None:
         op.execute(statement)
     for table, name, column, on_delete in REFERENCES:
         op.execute(_reference(table, name, column, on_delete, partitioned))
-    data = "" if populated else " WITH NO DATA"
-    op.execute(f"CREATE MATERIALIZED VIEW {matview} AS {matview_sql.rstrip().rstrip(';')}{data}")
-    for statement in matview_extra:
-        op.execute(statement)
-    options = f" WITH ({view_options})" if view_options else ""
-    op.execute(f"CREATE VIEW {view}{options} AS {view_sql.rstrip().rstrip(';')}")
-    for statement in view_grants:
+    for statement in remake:
         op.execute(statement)
     op.execute(f"ANALYZE {MEMORIES}")
 

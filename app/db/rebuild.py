@@ -77,3 +77,31 @@ def grants(conn: Connection, relation: str) -> list[str]:
         {"t": relation},
     )
     return [f"GRANT {privileges} ON {relation} TO {grantee}" for grantee, privileges in rows]
+
+
+def views_over(conn: Connection, view: str, matview: str) -> list[str]:
+    """DDL that recreates a materialized view and a view over it as they are now (data,
+    indexes, grants, options): a migration drops them, rebuilds the table they read, and
+    runs this."""
+    view_sql, view_options = conn.execute(
+        text(
+            "SELECT pg_get_viewdef(CAST(:v AS regclass)), coalesce(array_to_string(reloptions,"
+            " ', '), '') FROM pg_class WHERE oid = CAST(:v AS regclass)"
+        ),
+        {"v": view},
+    ).one()
+    matview_sql, populated = conn.execute(
+        text(
+            "SELECT pg_get_viewdef(CAST(:v AS regclass)), relispopulated FROM pg_class"
+            " WHERE oid = CAST(:v AS regclass)"
+        ),
+        {"v": matview},
+    ).one()
+    data = "" if populated else " WITH NO DATA"
+    options = f" WITH ({view_options})" if view_options else ""
+    return [
+        f"CREATE MATERIALIZED VIEW {matview} AS {matview_sql.rstrip().rstrip(';')}{data}",
+        *carried(conn, matview),
+        f"CREATE VIEW {view}{options} AS {view_sql.rstrip().rstrip(';')}",
+        *grants(conn, view),
+    ]

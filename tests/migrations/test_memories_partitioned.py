@@ -11,14 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Connection, text
 
 from app.config import Settings
-from app.db.bootstrap import drop_database, resolve_urls
 from app.db.migrate import downgrade, upgrade
 from app.db.session import unit_of_work
-from tests.migrations.test_tenant_keys_and_partitions import Scratch, _keys
+from tests.migrations.test_tenant_keys_and_partitions import Scratch, _keys, scratch_database
 
 BEFORE = "b8d4f2a6c913"
 REVISION = "c3f1e8a2d5b7"
@@ -34,20 +32,8 @@ REFERENCES = (
 @pytest.fixture
 def scratch(base_settings: Settings) -> Iterator[Scratch]:
     """A database of its own at the revision before, holding memories of two tenants."""
-    if base_settings.database_url:
-        pytest.skip("needs the embedded server to create a scratch database")
-    name = f"{base_settings.database_name}_memories_partitioned"
-    drop_database(name, base_settings)
-    urls = resolve_urls(base_settings.model_copy(update={"database_name": name}))
-    owner = create_engine(urls.owner, poolclass=NullPool)
-    app = create_engine(urls.app, poolclass=NullPool)
-    upgrade(urls.owner, BEFORE)
-    with owner.begin() as conn:
-        _fill(conn)
-    yield Scratch(urls.owner, owner, app, base_settings.app_role)
-    owner.dispose()
-    app.dispose()
-    drop_database(name, base_settings)
+    with scratch_database(base_settings, "memories_partitioned", BEFORE, _fill) as database:
+        yield database
 
 
 IDS: dict[str, uuid.UUID] = {}

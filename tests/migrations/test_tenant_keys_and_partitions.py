@@ -11,7 +11,8 @@ upgraded, checked as the application role, and downgraded. The day partitions' u
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -59,23 +60,34 @@ class Scratch:
     app_role: str
 
 
-@pytest.fixture
-def scratch(base_settings: Settings) -> Iterator[Scratch]:
-    """A database of its own at the revision before, holding rows of two tenants."""
+@contextmanager
+def scratch_database(
+    base_settings: Settings, suffix: str, revision: str, fill: Callable[[Connection], None]
+) -> Iterator[Scratch]:
+    """A database of its own at `revision`, filled as the owner, dropped afterwards."""
     if base_settings.database_url:
         pytest.skip("needs the embedded server to create a scratch database")
-    name = f"{base_settings.database_name}_tenant_keys"
+    name = f"{base_settings.database_name}_{suffix}"
     drop_database(name, base_settings)
     urls = resolve_urls(base_settings.model_copy(update={"database_name": name}))
     owner = create_engine(urls.owner, poolclass=NullPool)
     app = create_engine(urls.app, poolclass=NullPool)
-    upgrade(urls.owner, BEFORE)
+    upgrade(urls.owner, revision)
     with owner.begin() as conn:
-        _fill(conn)
-    yield Scratch(urls.owner, owner, app, base_settings.app_role)
-    owner.dispose()
-    app.dispose()
-    drop_database(name, base_settings)
+        fill(conn)
+    try:
+        yield Scratch(urls.owner, owner, app, base_settings.app_role)
+    finally:
+        owner.dispose()
+        app.dispose()
+        drop_database(name, base_settings)
+
+
+@pytest.fixture
+def scratch(base_settings: Settings) -> Iterator[Scratch]:
+    """A database of its own at the revision before, holding rows of two tenants."""
+    with scratch_database(base_settings, "tenant_keys", BEFORE, _fill) as database:
+        yield database
 
 
 IDS = {
