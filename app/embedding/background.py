@@ -1,9 +1,10 @@
 """A search query's vector, embedded in a background thread while the search reads words.
 
 A search needs the query's vector only for its dense legs; its lexical legs wait on
-Postgres. onnxruntime releases the GIL while it computes (a remote embedding service is a
-network wait), and psycopg releases it while the server works, so embedding the query beside
-the lexical legs takes the model off the search's critical path.
+Postgres. onnxruntime releases the GIL while it computes, and psycopg releases it while the
+server works, so embedding the query beside the lexical legs takes the local model off the
+search's critical path. A remote embedding service is asked first (`now`): its wait, up to
+its timeout, must not hold a database connection.
 """
 
 from __future__ import annotations
@@ -50,7 +51,19 @@ class QueryVector:
 
     @classmethod
     def start(cls, embedder: Embedder, text: str) -> QueryVector:
+        """Embedded in a background thread: `get()` waits for it."""
         return cls(_pool().submit(embedder.embed, [text]), None)
+
+    @classmethod
+    def now(cls, embedder: Embedder, text: str) -> QueryVector:
+        """Embedded before the caller goes on: a remote service's wait (up to its timeout)
+        must not hold the database connection the search's words are read on."""
+        try:
+            return cls(None, embedder.embed([text])[0])
+        except EmbeddingError as exc:
+            vector = cls(None, None)
+            vector.error = exc
+            return vector
 
     def get(self) -> Sequence[float] | None:
         if self._future is None:

@@ -45,7 +45,10 @@ def search(
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     warnings: list[str] = []
-    vector = QueryVector.start(embedder, request.query)
+    # The local model is a bounded CPU cost, overlapped with the lexical legs; a remote
+    # service is a network wait (up to its timeout), done before a connection is taken.
+    local = settings.embedding_backend == "local"
+    vector = (QueryVector.start if local else QueryVector.now)(embedder, request.query)
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id) as session:

@@ -67,3 +67,13 @@ def test_a_bug_in_the_embedder_is_not_taken_for_an_outage() -> None:
     vector = QueryVector.start(_Embedder(fail=ValueError("bad shape")), "q")
     with pytest.raises(ValueError, match="bad shape"):
         vector.get()
+
+
+def test_now_embeds_before_returning_and_keeps_an_outage_as_no_vector() -> None:
+    embedder = _Embedder()
+    vector = QueryVector.now(embedder, "q")
+    assert embedder.calls == [["q"]]  # already asked, before any get()
+    assert vector.get() == [1.0, 0.0]
+    down = QueryVector.now(_Embedder(fail=EmbeddingError("timed out")), "q")
+    assert down.get() is None
+    assert down.error is not None and "timed out" in str(down.error)
