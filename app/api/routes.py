@@ -114,8 +114,8 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Respon
         client=state.redis,
         record=body.record,
     )
-    # Serialised straight from the dataclass by its schema: the generic path copies it into
-    # dicts first (dataclasses.asdict), 3 ms for 30 hits with their memories attached.
+    # Serialised straight from the dataclass by its schema: the generic path first deep-copies
+    # every hit and its attached memories into dicts (dataclasses.asdict).
     return Response(_SEARCH_RESULT.dump_json(result), media_type="application/json")
 
 

@@ -333,11 +333,11 @@ def assemble_context(
         parts["summary"] = summary
     # 2. Memories: every candidate's line counted in two batches, not two calls per item.
     chosen: list[dict[str, Any]] = []
-    lines = [_item_line(item) for item in candidates]
+    whole = [_item_line(item) for item in candidates]
     limit = max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE))
     lines = [
         _shortened(line, limit, counted)
-        for line, counted in zip(lines, count_many(lines), strict=True)
+        for line, counted in zip(whole, count_many(whole), strict=True)
     ]
     flags = [
         suspected(line, stored=bool(item.get("suspected_instruction")))

@@ -31,12 +31,12 @@ NEW_IMPORTANCE = f"m.importance * power(0.5, {_IDLE_DAYS} / ({_HALF_LIFE}))"
 
 # One batch: the live memories on a range of one heap's pages (the table's, or one of its
 # partitions') that this tick has not reached yet (a TID range scan: each page is read once
-# per pass, whoever's rows it holds). Rows already
-# at this tick are skipped, which is what makes a re-run of the same tick (or a resumed one)
-# change nothing twice. Only importance, decayed_at and archived_at change, none of them
-# indexed (and search_tsv is no generated column), so on pages with room the updates are
-# HOT: no index entries, nothing recomputed. The tenant's knowledge is no user's memory and
-# is used by no one in particular: it never decays, so it is never archived either.
+# per pass, whoever's rows it holds). Rows already at this tick are skipped, which is what
+# makes a re-run of the same tick (or a resumed one) change nothing twice. Only importance,
+# decayed_at and archived_at change, none of them indexed (and search_tsv is no generated
+# column), so on pages with room the updates are HOT: no index entries, nothing recomputed.
+# The tenant's knowledge is no user's memory and is used by no one in particular: it never
+# decays, so it is never archived either.
 _DECAY_PAGES = (
     "WITH changed AS (UPDATE {heap} AS m SET"  # noqa: S608 - constant fragments, catalog names
     f"  importance = LEAST(1, GREATEST(0, {NEW_IMPORTANCE})),"
