@@ -58,5 +58,10 @@ def mean_direction(vectors: Sequence[Sequence[float]]) -> list[float]:
     if len(vectors) == 1:
         return list(vectors[0])
     summed = np.asarray(vectors, dtype=np.float64).sum(axis=0)
-    norm = float(np.linalg.norm(summed))
-    return (summed / norm if norm > 0 else summed).tolist()
+    # Scaled by its largest component first: the norm of a vector this small (passages that
+    # all but cancel out) squares into subnormals and comes back several percent off.
+    largest = float(np.abs(summed).max())
+    if largest == 0:
+        return summed.tolist()
+    scaled = summed / largest
+    return (scaled / float(np.linalg.norm(scaled))).tolist()
