@@ -105,7 +105,7 @@ def bm25_candidates(
 ) -> dict[Any, float]:
     """id → BM25 score over its ceiling (0..1) for up to `limit` rows of the scope matching
     the query's selecting terms. `match` calls the layer's index-backed match function,
-    which returns those rows as (id, v = the tsvector's text), best `ts_rank` first, with
+    which returns those rows as (id, v = their tsvector), best `ts_rank` first, with
     `:tsq` and `:limit` and the layer's own `match_params`; each row's length and its counts
     of the query's terms are read from its tsvector in the same statement (see _MATCHED).
 
@@ -176,5 +176,5 @@ _MATCHED = (
     "  array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS lexemes,"
     "  array_agg(greatest(cardinality(u.positions), 1))"
     "   FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS tfs"
-    " FROM unnest(CAST(m.v AS tsvector)) AS u) AS d"
+    " FROM unnest(m.v) AS u) AS d"
 )

@@ -176,7 +176,8 @@ def rank_turns(
         turns_per_memory=settings.search_turns_per_memory,
         power=settings.search_rrf_score_power,
     )
-    _favour_the_named_speaker(session, tenant_id, request, fused, settings.search_speaker_boost)
+    facts = turn_search.turn_facts(session, tenant_id, request.user_id, list(fused.turns))
+    _favour_the_named_speaker(request, fused, facts, settings.search_speaker_boost)
     _boost_neighbours(session, tenant_id, request, fused, settings)
     items = [(("turn", t), s) for t, s in fused.turns.items()]
     items += [(("memory", m), s) for m, s in fused.memories.items()]
@@ -185,7 +186,7 @@ def rank_turns(
     memory_ids = {key[1] for key, _ in pool if key[0] == "memory"}
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
     # The pool is ranked on what the prior needs; whole rows are read for the hits alone.
-    times = turn_search.turn_times(session, tenant_id, request.user_id, turn_ids)
+    times = {t: facts[t].occurred_at for t in turn_ids if t in facts}
     priors = memory_search.memory_priors(session, tenant_id, request.user_id, list(memory_ids))
     best = _best(pool, fused, times, priors, settings, now, request.limit)
     shown_turns = [item_id for _, item_id, layer, _ in best if layer == "turn"]
@@ -208,10 +209,9 @@ def rank_turns(
 
 
 def _favour_the_named_speaker(
-    session: Any,
-    tenant_id: str,
     request: SearchRequest,
     fused: Fused[uuid.UUID, uuid.UUID],
+    facts: dict[uuid.UUID, Any],
     boost: float,
 ) -> None:
     """A question about one of the speakers ("What are Kate's hobbies?") is answered by what
@@ -220,7 +220,7 @@ def _favour_the_named_speaker(
     several speakers, or none, changes nothing."""
     if boost <= 0 or not fused.turns:
         return
-    speakers = turn_search.speakers_of(session, tenant_id, request.user_id, list(fused.turns))
+    speakers = {t: f.speaker for t, f in facts.items() if f.speaker is not None}
     named = {s for s in set(speakers.values()) if names_speaker(request.query, s)}
     if len(named) != 1:
         return

@@ -27,7 +27,7 @@ from app.layers.episodic.search import (
     TurnFilter,
     dense_candidates,
     lexical_candidates,
-    speakers_of,
+    turn_facts,
     turn_window,
     turns_by_id,
 )
@@ -136,7 +136,7 @@ def test_one_users_search_reads_touch_one_partition(
         before = _scans(session)
         found = turns_by_id(session, tenant, "user-0", ids["user-0"][:3])
         window = turn_window(session, tenant, "user-0", ids["user-0"][2:3], around=1)
-        speakers = speakers_of(session, tenant, "user-0", ids["user-0"])
+        facts = turn_facts(session, tenant, "user-0", ids["user-0"])
         scope = TurnFilter(tenant_id=tenant, user_id="user-0")
         dense = dense_candidates(
             session, scope, rng.normal(size=DIM).tolist(), limit=4, ef_search=40
@@ -145,7 +145,7 @@ def test_one_users_search_reads_touch_one_partition(
         scanned = _scanned_since(session, before)
 
     # No turn has a vector here (the dense leg's plan and pruning are what is measured).
-    assert len(found) == 3 and len(window) == 3 and len(speakers) == 6
+    assert len(found) == 3 and len(window) == 3 and len(facts) == 6
     assert dense == {} and lexical
     assert scanned == {mine}
 

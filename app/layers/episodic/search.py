@@ -61,7 +61,13 @@ def lexical_candidates(
         query=query,
         limit=limit,
         match=_MATCH,
-        match_params={"user": f.user_id, "channel": f.channel, "since": f.since, "until": f.until},
+        match_params={
+            "tenant": f.tenant_id,
+            "user": f.user_id,
+            "channel": f.channel,
+            "since": f.since,
+            "until": f.until,
+        },
     )
 
 
@@ -94,13 +100,13 @@ def dense_candidates(
 
 # The index-backed match under the tenant's scope (see the recall migration for why).
 _MATCH = (
-    "episodic.match_turns(:user, CAST(:tsq AS tsquery), :limit,"
+    "episodic.match_turns(:tenant, :user, CAST(:tsq AS tsquery), :limit,"
     " CAST(:channel AS text), CAST(:since AS timestamptz), CAST(:until AS timestamptz))"
 )
 
 
 def _owner(alias: str = "") -> str:
-    """The trace's partition key, named in every read of it (see speakers_of)."""
+    """The trace's partition key, named in every read of it (see turn_facts)."""
     return f"{alias}tenant_id = :tenant AND {alias}user_id = :user"
 
 
@@ -129,17 +135,21 @@ _TURN_FIELDS = (
 )
 
 
-def speakers_of(
+_FACTS = "id, speaker, occurred_at"
+
+
+def turn_facts(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, str]:
-    """turn id → speaker, for the turns that name one (a light read of every fused turn).
+) -> dict[uuid.UUID, Any]:
+    """turn id → (speaker, occurred_at): a light read of every fused turn, enough for the
+    named-speaker boost and for ranking the pool by recency before the whole rows of the few
+    that are returned are read (turns_by_id).
 
     Reads by id name the tenant and the user: the trace is hash-partitioned by both, so the
     planner keeps the one partition (the row-level-security check alone is known only when
     the statement runs, and planning all sixteen cost more than the read), and the primary
     key (id, tenant_id, user_id) finds each turn there."""
-    rows = _by_id(session, tenant_id, user_id, ids, "id, speaker")
-    return {row.id: row.speaker for row in rows if row.speaker is not None}
+    return {row.id: row for row in _by_id(session, tenant_id, user_id, ids, _FACTS)}
 
 
 def turns_by_id(
@@ -148,19 +158,10 @@ def turns_by_id(
     return {row.id: row for row in _by_id(session, tenant_id, user_id, ids, _TURN_FIELDS)}
 
 
-def turn_times(
-    session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, datetime]:
-    """turn id → when it was said: what ranking a pool of turns by recency needs, before
-    the whole rows of the few that are returned are read (turns_by_id)."""
-    rows = _by_id(session, tenant_id, user_id, ids, "id, occurred_at")
-    return {row.id: row.occurred_at for row in rows}
-
-
 def _by_id(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], columns: str
 ) -> list[Any]:
-    """`columns` (a fixed list) of the user's turns with these ids (see speakers_of)."""
+    """`columns` (a fixed list) of the user's turns with these ids (see turn_facts)."""
     if not ids:
         return []
     return list(

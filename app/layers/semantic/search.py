@@ -135,6 +135,7 @@ def lexical_candidates(
         limit=limit,
         match=_MATCH,
         match_params={
+            "tenant": f.tenant_id,
             "user": f.user_id,
             "superseded": f.include_superseded,
             "archived": f.include_archived,
@@ -151,7 +152,7 @@ def lexical_candidates(
 
 # The index-backed match under the tenant's scope (see the recall migration for why).
 _MATCH = (
-    "semantic.match_memories(:user, CAST(:tsq AS tsquery), :limit,"
+    "semantic.match_memories(:tenant, :user, CAST(:tsq AS tsquery), :limit,"
     " :superseded, :archived, CAST(:channel AS text), CAST(:tags AS text[]),"
     " CAST(:kinds AS text[]), CAST(:since AS timestamptz), CAST(:until AS timestamptz),"
     " CAST(:min_importance AS double precision), CAST(:exclude AS uuid[]))"
