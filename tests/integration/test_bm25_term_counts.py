@@ -1,6 +1,7 @@
 """BM25 reads a matched row's length and its counts of the query's terms from the stored
 tsvector in SQL (app/db/fulltext.py's _MATCHED), not from its text form in Python: the counts
-must be the ones Postgres holds, whatever characters the lexemes carry."""
+must be the ones Postgres holds, whatever characters the lexemes carry. The rows are written
+here as tsvector literals, read by Postgres' own parser."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from sqlalchemy import text
 from app.db.fulltext import _MATCHED
 from app.db.session import unit_of_work
 
-# One row standing in for a layer's match function: (id, v = a tsvector's text).
-_ONE_ROW = _MATCHED.format(match="(SELECT 1 AS id, CAST(:v AS text) AS v)")
+# One row standing in for a layer's match function: (id, v = the row's tsvector).
+_ONE_ROW = _MATCHED.format(match="(SELECT 1 AS id, CAST(:v AS tsvector) AS v)")
 
 
 def _counts(value: str, terms: list[str]) -> tuple[int, dict[str, int]]:
