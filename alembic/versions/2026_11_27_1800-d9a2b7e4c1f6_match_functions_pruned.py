@@ -32,8 +32,9 @@ AGENT = (
     "(m.agent_id IS NULL OR m.shared OR m.agent_id = current_setting('engram.agent_id', true)"
     " OR current_setting('engram.all_agents', true) = 'on')"
 )
-TURN_ARGS = "p_query tsquery, p_limit integer, p_channel text, p_since timestamptz,"
-TURN_ARGS += " p_until timestamptz"
+TURN_ARGS = (
+    "p_query tsquery, p_limit integer, p_channel text, p_since timestamptz, p_until timestamptz"
+)
 MEMORY_ARGS = (
     "p_query tsquery, p_limit integer, p_superseded boolean, p_archived boolean,"
     " p_channel text, p_tags text[], p_kinds text[], p_since timestamptz,"
@@ -49,22 +50,28 @@ def _signature(tenant_argument: bool, args: str) -> str:
     return ("text, text, " if tenant_argument else "text, ") + _types(args)
 
 
-def _match_turns(tenant_argument: bool) -> str:
-    tenant = (
-        f"t.tenant_id = p_tenant AND p_tenant = {SETTING}"
-        if tenant_argument
-        else (f"t.tenant_id = {SETTING}")
-    )
-    vector = "t.search_tsv" if tenant_argument else "CAST(t.search_tsv AS text)"
+def _function(name: str, args: str, alias: str, table: str, tenant_argument: bool) -> str:
+    """CREATE FUNCTION `name` up to its WHERE's tenant and user: the owner-run probe of one
+    user's rows in `table`, in either form."""
+    if tenant_argument:
+        head, tenant = "p_tenant text, ", f"{alias}.tenant_id = p_tenant AND p_tenant"
+        returned, tsv = "tsvector", f"{alias}.search_tsv"
+    else:
+        head, tenant, returned = "", f"{alias}.tenant_id", "text"
+        tsv = f"CAST({alias}.search_tsv AS text)"
     return f"""
-CREATE FUNCTION episodic.match_turns(
-    {"p_tenant text, " if tenant_argument else ""}p_user text, {TURN_ARGS})
-RETURNS TABLE (id uuid, v {"tsvector" if tenant_argument else "text"})
+CREATE FUNCTION {name}({head}p_user text, {args})
+RETURNS TABLE (id uuid, v {returned})
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT t.id, {vector}
-    FROM episodic.turns AS t
-    WHERE {tenant} AND t.user_id = p_user
-      AND t.search_tsv @@ p_query
+    SELECT {alias}.id, {tsv} FROM {table} AS {alias}
+    WHERE {tenant} = {SETTING} AND {alias}.user_id = p_user
+      AND {alias}.search_tsv @@ p_query"""
+
+
+def _match_turns(tenant_argument: bool) -> str:
+    return (
+        _function("episodic.match_turns", TURN_ARGS, "t", "episodic.turns", tenant_argument)
+        + """
       AND (p_channel IS NULL OR t.channel = p_channel)
       AND (p_since IS NULL OR t.occurred_at >= p_since)
       AND (p_until IS NULL OR t.occurred_at < p_until)
@@ -72,23 +79,13 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     LIMIT p_limit
 $$
 """
+    )
 
 
 def _match_memories(tenant_argument: bool) -> str:
-    tenant = (
-        f"m.tenant_id = p_tenant AND p_tenant = {SETTING}"
-        if tenant_argument
-        else (f"m.tenant_id = {SETTING}")
-    )
-    vector = "m.search_tsv" if tenant_argument else "CAST(m.search_tsv AS text)"
-    return f"""
-CREATE FUNCTION semantic.match_memories(
-    {"p_tenant text, " if tenant_argument else ""}p_user text, {MEMORY_ARGS})
-RETURNS TABLE (id uuid, v {"tsvector" if tenant_argument else "text"})
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT m.id, {vector} FROM semantic.memories AS m
-    WHERE {tenant} AND m.user_id = p_user
-      AND m.search_tsv @@ p_query
+    return (
+        _function("semantic.match_memories", MEMORY_ARGS, "m", "semantic.memories", tenant_argument)
+        + f"""
       AND {AGENT}
       AND (p_archived OR m.archived_at IS NULL) AND (p_superseded OR m.valid_to IS NULL)
       AND (p_channel IS NULL OR m.channel = p_channel)
@@ -102,6 +99,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     LIMIT p_limit
 $$
 """
+    )
 
 
 def _replace(tenant_argument: bool) -> None:
