@@ -83,20 +83,8 @@ def views_over(conn: Connection, view: str, matview: str) -> list[str]:
     """DDL that recreates a materialized view and a view over it as they are now (data,
     indexes, grants, options): a migration drops them, rebuilds the table they read, and
     runs this."""
-    view_sql, view_options = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), coalesce(array_to_string(reloptions,"
-            " ', '), '') FROM pg_class WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": view},
-    ).one()
-    matview_sql, populated = conn.execute(
-        text(
-            "SELECT pg_get_viewdef(CAST(:v AS regclass)), relispopulated FROM pg_class"
-            " WHERE oid = CAST(:v AS regclass)"
-        ),
-        {"v": matview},
-    ).one()
+    view_sql, view_options, _ = _view(conn, view)
+    matview_sql, _, populated = _view(conn, matview)
     data = "" if populated else " WITH NO DATA"
     options = f" WITH ({view_options})" if view_options else ""
     return [
@@ -105,3 +93,15 @@ def views_over(conn: Connection, view: str, matview: str) -> list[str]:
         f"CREATE VIEW {view}{options} AS {view_sql.rstrip().rstrip(';')}",
         *grants(conn, view),
     ]
+
+
+def _view(conn: Connection, name: str) -> tuple[str, str, bool]:
+    """(definition, options, populated) of a view or materialized view."""
+    row = conn.execute(
+        text(
+            "SELECT pg_get_viewdef(oid), coalesce(array_to_string(reloptions, ', '), ''),"
+            " relispopulated FROM pg_class WHERE oid = CAST(:v AS regclass)"
+        ),
+        {"v": name},
+    ).one()
+    return str(row[0]), str(row[1]), bool(row[2])
