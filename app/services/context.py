@@ -44,7 +44,13 @@ from app.services.search import SearchRequest, search
 from app.services.search_models import prior_weights
 from app.streams.events import Channel, Identifier
 from app.text.storable import StorableText
-from app.text.tokens import count_many, count_tokens, fit_to_tokens, truncate_to_tokens
+from app.text.tokens import (
+    count_many,
+    count_tokens,
+    fit_to_tokens,
+    truncate_to_tokens,
+    words_within,
+)
 from app.text.untrusted import fence, suspected
 
 CONVERSATION_SHARE = 0.4
@@ -115,16 +121,22 @@ class _Packer:
 
     def add(self, section: str, line: str, counted: int | None = None) -> bool:
         """`counted`: the tokens of "\n" + line when the caller counted them (in a batch)."""
-        # Each piece is counted with the separator before it: free for the shipped WordPiece,
-        # a token (or part of one) for the BPE tokenizers operators may configure.
-        cost = (count_tokens("\n" + line) if counted is None else counted) + (
-            0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
-        )
+        cost = self._cost(section, count_tokens("\n" + line) if counted is None else counted)
         if self.used + cost > self.budget:
             return False
         self.sections.setdefault(section, []).append(line)
         self.used += cost
         return True
+
+    def fits(self, section: str, counted: int) -> bool:
+        """Whether a line of `counted` tokens (with its separator) would still fit."""
+        return self.used + self._cost(section, counted) <= self.budget
+
+    def _cost(self, section: str, counted: int) -> int:
+        # Each piece is counted with the separator before it: free for the shipped WordPiece,
+        # a token (or part of one) for the BPE tokenizers operators may configure.
+        header = 0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
+        return counted + header
 
     def text(self) -> str:
         blocks = [
@@ -162,14 +174,14 @@ def _item_line(item: dict[str, Any]) -> str:
     return _memory_line(item["content"], item["occurred_at"], item["kind"])
 
 
-def _shortened(line: str, limit: int, counted: int) -> str:
-    """The line (of `counted` tokens), or its head cut at a word boundary within `limit`
+def _shortened(line: str, limit: int) -> str:
+    """The head of a line longer than `limit` tokens, cut at a word boundary within `limit`
     tokens and marked "…"."""
-    if counted <= limit:
-        return line
-    head = truncate_to_tokens(line, limit - 1)
-    cut = head.rsplit(" ", 1)[0] if " " in head else head
-    return f"{cut} …"
+    head = words_within(line, limit - 1)
+    if head is None:  # a tokenizer that does not count word by word, or one giant word
+        head = truncate_to_tokens(line, limit - 1)
+        head = head.rsplit(" ", 1)[0] if " " in head else head
+    return f"{head} …"
 
 
 def _normalised(text: str) -> str:
@@ -331,25 +343,23 @@ def assemble_context(
         and packer.add("summary", summary_text)
     ):
         parts["summary"] = summary
-    # 2. Memories: every candidate's line counted in two batches, not two calls per item.
+    # 2. Memories: every candidate's line counted in one batch, not per item; a line is
+    # scanned for instructions only once it would fit (fenced, it is longer still).
     chosen: list[dict[str, Any]] = []
-    whole = [_item_line(item) for item in candidates]
     limit = max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE))
-    lines = [
-        _shortened(line, limit, counted)
-        for line, counted in zip(whole, count_many(whole), strict=True)
-    ]
-    flags = [
-        suspected(line, stored=bool(item.get("suspected_instruction")))
-        for line, item in zip(lines, candidates, strict=True)
-    ]
-    shown = [_quoted(line, flagged) for line, flagged in zip(lines, flags, strict=True)]
-    costs = count_many(["\n" + line for line in shown])
-    for item, flagged, line, cost in zip(candidates, flags, shown, costs, strict=True):
+    whole = ["\n" + _item_line(item) for item in candidates]
+    for item, counted_line, counted in zip(candidates, whole, count_many(whole), strict=True):
         sources = set(item.get("event_ids") or [])
         if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
-        if packer.add("memories", line, cost):
+        line = counted_line[1:]
+        if counted > limit:
+            line = _shortened(line, limit)
+            counted = count_tokens("\n" + line)
+        if not packer.fits("memories", counted):
+            continue
+        flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
+        if packer.add("memories", _quoted(line, flagged), None if flagged else counted):
             chosen.append({**item, "suspected_instruction": flagged})
             in_block.add(_normalised(item["content"]))
     parts["memories"] = chosen
@@ -388,10 +398,11 @@ def assemble_context(
         ]
     seen_facts: set[str] = set()
     for fact in facts:
+        line = f"- {fact['line']}"
+        if fact["line"] in seen_facts or not packer.fits("facts", count_tokens("\n" + line)):
+            continue  # shown already, or too long even unfenced: not scanned
         flagged = suspected(fact["line"])
-        if fact["line"] not in seen_facts and packer.add(
-            "facts", _quoted(f"- {fact['line']}", flagged)
-        ):
+        if packer.add("facts", _quoted(line, flagged)):
             parts["facts"].append({**fact, "suspected_instruction": flagged})
             seen_facts.add(fact["line"])
 

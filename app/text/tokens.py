@@ -57,8 +57,19 @@ def load_tokenizer(name: str = SHIPPED) -> tokenizers.Tokenizer:
 
 # The ASCII controls BertNormalizer's clean_text drops (tab, newline and CR become spaces).
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Typographic punctuation common in chat (curly quotes and apostrophes, dashes, the
+# ellipsis, bullets, guillemets): each is a Unicode punctuation mark (category P), which the
+# pre-tokenizer isolates like an ASCII one and WordPiece counts as one token (its own or
+# [UNK]), so it counts as an ASCII mark does; a no-break space is whitespace to the normalizer.
+TYPOGRAPHIC = (
+    "\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u201f\u2013\u2014\u2015\u2026\u2022"
+    "\u00a1\u00bf\u00ab\u00bb\u2039\u203a"
+)
+_AS_ASCII = str.maketrans(dict.fromkeys(TYPOGRAPHIC, "'") | {"\u00a0": " "})
 # In a lowercased chunk: runs of letters and digits, and each punctuation mark alone.
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9]")
+# Whitespace-separated words as written, for cutting a text at a word boundary.
+_CHUNKS = re.compile(r"\S+")
 # Chunks and words remembered (a bounded cache, started afresh when full); longer ones are
 # counted each time they come.
 KEPT = 65_536
@@ -108,9 +119,12 @@ class _AsciiWordPiece:
         )
 
     def chunks_of(self, text: str) -> list[str] | None:
-        """The normalized chunks of an ASCII text, or None when the tokenizer must see it."""
+        """The normalized chunks of an ASCII text (typographic punctuation allowed), or None
+        when the tokenizer must see it."""
         if not text.isascii():
-            return None
+            text = text.translate(_AS_ASCII)
+            if not text.isascii():
+                return None
         lowered = text.lower()
         if _CONTROLS.search(lowered):
             lowered = _CONTROLS.sub("", lowered)
@@ -208,8 +222,8 @@ def count_many(texts: Sequence[str]) -> list[int]:
 
 
 def fit_to_tokens(text: str, budget: int) -> tuple[str, int]:
-    """truncate_to_tokens and the result's token count, encoding `text` once when it fits."""
-    count = len(_configured().encode(text, add_special_tokens=False).ids)
+    """truncate_to_tokens and the result's token count, counting `text` once when it fits."""
+    count = count_tokens(text)
     if count <= budget:
         return text, count
     fitted = truncate_to_tokens(text, budget)
@@ -228,3 +242,19 @@ def truncate_to_tokens(text: str, budget: int) -> str:
     while prefix and count_tokens(prefix) > budget:
         prefix = prefix[:-1]
     return prefix
+
+
+def words_within(text: str, budget: int) -> str | None:
+    """The longest run of `text`'s leading whole words (whitespace-separated, as written)
+    that counts at most `budget` tokens, without encoding the text: None when the configured
+    tokenizer's counts do not add up word by word (not WordPiece) or no whole word fits."""
+    if _word_counter(_configured_name()) is None:
+        return None
+    spans = [match.span() for match in _CHUNKS.finditer(text)]
+    used, end = 0, None
+    for (_, stop), count in zip(spans, count_many([text[a:b] for a, b in spans]), strict=True):
+        used += count
+        if used > budget:
+            break
+        end = stop
+    return text[:end] if end is not None else None

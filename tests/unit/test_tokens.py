@@ -83,3 +83,32 @@ def test_a_full_cache_starts_afresh_and_counts_the_same(monkeypatch: pytest.Monk
     texts = [f"word{n} and word{n % 3}, said user-{n}." for n in range(50)] + ["y" * 80]
     assert count_many(texts) == [_tokenizer_count(t) for t in texts]
     assert count_many(texts) == [_tokenizer_count(t) for t in texts]
+
+
+@given(
+    st.lists(
+        ASCII_PIECES
+        | st.sampled_from([*tokens.TYPOGRAPHIC, "\u00a0", "I\u2019ve", "\u201cok\u201d", "\u00e9"])
+        | st.text(st.characters(max_codepoint=127), max_size=8)
+    )
+)
+def test_typographic_punctuation_counts_what_the_tokenizer_counts(pieces: list[str]) -> None:
+    """Curly quotes, dashes and the like take the cached path as ASCII marks: same count."""
+    texts = ["".join(pieces), " ".join(pieces)]
+    assert count_many(texts) == [_tokenizer_count(t) for t in texts]
+
+
+@given(st.text(max_size=200), st.integers(min_value=0, max_value=40))
+def test_words_within_is_the_longest_run_of_whole_words_within_the_budget(
+    text: str, budget: int
+) -> None:
+    head = tokens.words_within(text, budget)
+    words = text.split()
+    if head is None:
+        assert not words or count_tokens(words[0]) > budget
+        return
+    kept = head.split()
+    assert text.startswith(head) and kept == words[: len(kept)]
+    assert count_tokens(head) <= budget
+    if len(kept) < len(words):
+        assert count_tokens(" ".join(words[: len(kept) + 1])) > budget
