@@ -47,6 +47,9 @@ CROSSOVER = 2000.0
 SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) the table's size is taken as this
 TABLE_SIZE_TTL_S = 60.0
 _table_rows: dict[str, tuple[float, float]] = {}
+USER_SIZE_TTL_S = 60.0
+USER_SIZES_KEPT = 100_000
+_user_walks: dict[tuple[Any, ...], tuple[bool, float]] = {}
 
 
 def index_threshold(table_rows: float) -> int:
@@ -75,7 +78,16 @@ def _rows_of(session: Session, table: str) -> float:
 
 
 def _through_index(session: Session, table: str, size_where: str, params: dict[str, Any]) -> bool:
+    """Whether the user (the scope `size_where` and `params` name) holds `threshold` rows,
+    counted up to that many and remembered per process for USER_SIZE_TTL_S: a search asks
+    it of every dense leg, and a user crossing the threshold meanwhile is only served by the
+    other plan (both give the right rows) a little longer."""
     threshold = index_threshold(_rows_of(session, table))
+    key = (table, size_where, threshold, *sorted((k, str(v)) for k, v in params.items()))
+    now = time.monotonic()
+    cached = _user_walks.get(key)
+    if cached is not None and now - cached[1] < USER_SIZE_TTL_S:
+        return cached[0]
     held = session.execute(
         text(
             f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
@@ -83,7 +95,11 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
         ),
         {**params, "threshold": threshold},
     ).scalar()
-    return int(held or 0) >= threshold
+    walk = int(held or 0) >= threshold
+    if len(_user_walks) >= USER_SIZES_KEPT:
+        _user_walks.clear()  # started afresh: a lookup meanwhile only misses
+    _user_walks[key] = (walk, now)
+    return walk
 
 
 def nearest(
@@ -109,11 +125,11 @@ def nearest(
     walk = False
     if exact:
         session.execute(text("SET LOCAL enable_indexscan = off"))
+    elif size_where is not None and not _through_index(session, table, size_where, params):
+        # Sorted exactly, by an expression the HNSW index cannot serve: no index settings.
+        order = f"({order}) + 0"
     else:
-        if size_where is not None:
-            walk = _through_index(session, table, size_where, params)
-            if not walk:
-                order = f"({order}) + 0"  # an expression the HNSW index cannot serve
+        walk = size_where is not None
         session.execute(
             text(
                 "SELECT set_config('hnsw.ef_search', :ef, true),"

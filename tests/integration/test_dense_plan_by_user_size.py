@@ -111,3 +111,23 @@ def test_a_filter_the_user_index_cannot_size_leaves_the_plan_to_postgres(
         found = dense_candidates(session, memory_filter, _unit(rng), limit=10, ef_search=40)
     assert len(found) == 5
     assert not any("count(*)" in s for s in statements)
+
+
+def test_a_users_size_is_counted_once_a_minute(
+    tenant: str, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(7)
+    _plant(tenant, "asker", 3, rng)
+    memory_filter = MemoryFilter(tenant_id=tenant, user_id="asker")
+
+    def counts() -> int:
+        statements.clear()
+        with unit_of_work(tenant) as session:
+            found = dense_candidates(session, memory_filter, _unit(rng), limit=5, ef_search=40)
+        assert len(found) == 3
+        return sum("count(*) FROM (SELECT 1" in s for s in statements)
+
+    assert counts() == 1
+    assert counts() == 0  # remembered: the plan is chosen without asking again
+    monkeypatch.setattr(nearest_module, "USER_SIZE_TTL_S", 0.0)
+    assert counts() == 1
