@@ -62,7 +62,8 @@ def _rows_of(session: Session, table: str) -> float:
     for a minute: the table's own, or a partition's on average for a partitioned table (a
     user's rows sit in one partition of episodic.turns, with its own HNSW index)."""
     now = time.monotonic()
-    cached = _table_rows.get(table)
+    key = f"{_database(session)}/{table}"
+    cached = _table_rows.get(key)
     if cached is not None and now - cached[1] < TABLE_SIZE_TTL_S:
         return cached[0]
     rows = session.execute(
@@ -73,8 +74,14 @@ def _rows_of(session: Session, table: str) -> float:
         ),
         {"table": table},
     ).scalar()
-    _table_rows[table] = (float(rows or 0), now)
+    _table_rows[key] = (float(rows or 0), now)
     return float(rows or 0)
+
+
+def _database(session: Session) -> str:
+    """The database a session reads, part of the caches' keys: one process may search
+    several (a benchmark's databases of different sizes, with the same table and user names)."""
+    return str(session.get_bind().engine.url.database or "")
 
 
 def _through_index(session: Session, table: str, size_where: str, params: dict[str, Any]) -> bool:
@@ -83,7 +90,13 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
     it of every dense leg, and a user crossing the threshold meanwhile is only served by the
     other plan (both give the right rows) a little longer."""
     threshold = index_threshold(_rows_of(session, table))
-    key = (table, size_where, threshold, *sorted((k, str(v)) for k, v in params.items()))
+    key = (
+        _database(session),
+        table,
+        size_where,
+        threshold,
+        *sorted((k, str(v)) for k, v in params.items()),
+    )
     now = time.monotonic()
     cached = _user_walks.get(key)
     if cached is not None and now - cached[1] < USER_SIZE_TTL_S:

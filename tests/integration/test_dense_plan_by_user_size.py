@@ -70,14 +70,17 @@ def test_the_threshold_grows_with_the_square_root_of_the_table() -> None:
 
 
 def test_big_users_walk_the_index_small_ones_sort_and_both_are_exact(
-    tenant: str, statements: list[str], monkeypatch: pytest.MonkeyPatch
+    tenant: str, settings: Settings, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(5)
     _plant(tenant, "big", 60, rng)
     _plant(tenant, "small", 12, rng)
     # A 72-row table: the threshold is 30 rows, so "big" (60) walks and "small" (12) sorts.
     monkeypatch.setattr(nearest_module, "SMALLEST_TABLE", 1)
-    monkeypatch.setattr(nearest_module, "_table_rows", {"semantic.memories": (72.0, 1e18)})
+    database = app_engine(settings).url.database
+    monkeypatch.setattr(
+        nearest_module, "_table_rows", {f"{database}/semantic.memories": (72.0, 1e18)}
+    )
     monkeypatch.setattr(nearest_module, "CROSSOVER", 12.5)
     assert index_threshold(72) == 30
 
