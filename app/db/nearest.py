@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -46,10 +46,11 @@ def vector_literal(vector: Sequence[float]) -> str:
 CROSSOVER = 2000.0
 SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) the table's size is taken as this
 TABLE_SIZE_TTL_S = 60.0
-_table_rows: dict[str, tuple[float, float]] = {}
 USER_SIZE_TTL_S = 60.0
-USER_SIZES_KEPT = 100_000
+KEPT = 100_000  # entries of each cache below; a full one starts afresh
+_table_rows: dict[str, tuple[float, float]] = {}
 _user_walks: dict[tuple[Any, ...], tuple[bool, float]] = {}
+V = TypeVar("V")
 
 
 def index_threshold(table_rows: float) -> int:
@@ -57,62 +58,63 @@ def index_threshold(table_rows: float) -> int:
     return math.ceil(math.sqrt(CROSSOVER * max(table_rows, SMALLEST_TABLE)))
 
 
-def _rows_of(session: Session, table: str) -> float:
-    """Rows of the table one query reads, from the catalog's estimates, cached per process
-    for a minute: the table's own, or a partition's on average for a partitioned table (a
-    user's rows sit in one partition of episodic.turns, with its own HNSW index)."""
+def _remembered(
+    cache: dict[Any, tuple[V, float]], key: Any, ttl: float, compute: Callable[[], V]
+) -> V:
+    """`compute()`, kept in this process's `cache` under `key` for `ttl` seconds. A full
+    cache is started afresh (never emptied while read: a lookup meanwhile only misses)."""
     now = time.monotonic()
-    key = f"{_database(session)}/{table}"
-    cached = _table_rows.get(key)
-    if cached is not None and now - cached[1] < TABLE_SIZE_TTL_S:
+    cached = cache.get(key)
+    if cached is not None and now - cached[1] < ttl:
         return cached[0]
-    rows = session.execute(
-        text(
-            "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
-            " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
-            " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf"
-        ),
-        {"table": table},
-    ).scalar()
-    _table_rows[key] = (float(rows or 0), now)
-    return float(rows or 0)
+    value = compute()
+    if len(cache) >= KEPT:
+        cache.clear()
+    cache[key] = (value, now)
+    return value
 
 
-def _database(session: Session) -> str:
-    """The database a session reads, part of the caches' keys: one process may search
-    several (a benchmark's databases of different sizes, with the same table and user names)."""
-    return str(session.get_bind().engine.url.database or "")
+def _rows_of(session: Session, database: str, table: str) -> float:
+    """Rows of the table one query reads, from the catalog's estimates, remembered for a
+    minute: the table's own, or a partition's on average for a partitioned table (a user's
+    rows sit in one partition of episodic.turns, with its own HNSW index)."""
+
+    def estimate() -> float:
+        rows = session.execute(
+            text(
+                "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
+                " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
+                " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf"
+            ),
+            {"table": table},
+        ).scalar()
+        return float(rows or 0)
+
+    return _remembered(_table_rows, f"{database}/{table}", TABLE_SIZE_TTL_S, estimate)
 
 
 def _through_index(session: Session, table: str, size_where: str, params: dict[str, Any]) -> bool:
     """Whether the user (the scope `size_where` and `params` name) holds `threshold` rows,
-    counted up to that many and remembered per process for USER_SIZE_TTL_S: a search asks
-    it of every dense leg, and a user crossing the threshold meanwhile is only served by the
-    other plan (both give the right rows) a little longer."""
-    threshold = index_threshold(_rows_of(session, table))
-    key = (
-        _database(session),
-        table,
-        size_where,
-        threshold,
-        *sorted((k, str(v)) for k, v in params.items()),
-    )
-    now = time.monotonic()
-    cached = _user_walks.get(key)
-    if cached is not None and now - cached[1] < USER_SIZE_TTL_S:
-        return cached[0]
-    held = session.execute(
-        text(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
-            " LIMIT :threshold) AS c"
-        ),
-        {**params, "threshold": threshold},
-    ).scalar()
-    walk = int(held or 0) >= threshold
-    if len(_user_walks) >= USER_SIZES_KEPT:
-        _user_walks.clear()  # started afresh: a lookup meanwhile only misses
-    _user_walks[key] = (walk, now)
-    return walk
+    counted up to that many and remembered for USER_SIZE_TTL_S: a search asks it of every
+    dense leg, and a user crossing the threshold meanwhile is only served by the other plan
+    (both give the right rows) a little longer. Both caches are keyed by database: one
+    process may search several (a benchmark's databases of different sizes, with the same
+    table and user names)."""
+    database = str(session.get_bind().engine.url.database or "")
+    threshold = index_threshold(_rows_of(session, database, table))
+
+    def holds() -> bool:
+        held = session.execute(
+            text(
+                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
+                " LIMIT :threshold) AS c"
+            ),
+            {**params, "threshold": threshold},
+        ).scalar()
+        return int(held or 0) >= threshold
+
+    key = (database, table, size_where, threshold, *sorted((k, str(v)) for k, v in params.items()))
+    return _remembered(_user_walks, key, USER_SIZE_TTL_S, holds)
 
 
 def nearest(

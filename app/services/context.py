@@ -399,10 +399,13 @@ def assemble_context(
     seen_facts: set[str] = set()
     for fact in facts:
         line = f"- {fact['line']}"
-        if fact["line"] in seen_facts or not packer.fits("facts", count_tokens("\n" + line)):
-            continue  # shown already, or too long even unfenced: not scanned
+        if fact["line"] in seen_facts:
+            continue
+        counted = count_tokens("\n" + line)
+        if not packer.fits("facts", counted):
+            continue  # too long even unfenced: not scanned
         flagged = suspected(fact["line"])
-        if packer.add("facts", _quoted(line, flagged)):
+        if packer.add("facts", _quoted(line, flagged), None if flagged else counted):
             parts["facts"].append({**fact, "suspected_instruction": flagged})
             seen_facts.add(fact["line"])
 
