@@ -93,12 +93,8 @@ def install_outage_handlers(app: FastAPI) -> None:
         _log.warning("redis unavailable on %s: %s", request.url.path, exc)
         return unavailable("redis")
 
-    for error in (
-        sa_exc.DBAPIError,
-        sa_exc.TimeoutError,
-        psycopg.OperationalError,
-        psycopg.InterfaceError,
-    ):
+    # psycopg's own errors too: the search path reads on the driver (app/db/rows.py).
+    for error in (sa_exc.DBAPIError, sa_exc.TimeoutError, psycopg.Error):
         app.add_exception_handler(error, on_database_error)
     for error in REDIS_DOWN:
         app.add_exception_handler(error, on_redis_down)

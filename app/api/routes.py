@@ -17,7 +17,7 @@ from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
 from app.layers.semantic import listing
 from app.limits import JsonStep, SafeText, text_problem
 from app.services import procedures
-from app.services.context import ContextRequest, assemble_context
+from app.services.context import ContextRequest, ContextResult, assemble_context
 from app.services.decay import restore_memories
 from app.services.extraction_status import extraction_status, flush, run_flushed
 from app.services.forget import forget_user
@@ -37,6 +37,7 @@ router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
 MAX_EVENTS = 1000
 _SEARCH_RESULT = TypeAdapter(schemas.SearchResult)
+_CONTEXT_RESULT = TypeAdapter(ContextResult)
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
 AgentId = Annotated[
     str | None,
@@ -120,13 +121,14 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Respon
 
 
 @router.post("/context", tags=["recall"], response_model=schemas.ContextResponse)
-def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> Response:
     """The context block for the user's next answer, packed into the token budget."""
     state = _state(request)
     result = assemble_context(
         tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
     )
-    return dataclasses.asdict(result)
+    # As /search: serialised from the dataclass, not deep-copied into dicts and validated.
+    return Response(_CONTEXT_RESULT.dump_json(result), media_type="application/json")
 
 
 @router.post(

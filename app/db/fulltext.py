@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.db.rows import fetch
 from app.scoring.retrieval import bm25, bm25_ceiling
 
 MAX_QUERY_TERMS = 48
@@ -113,8 +113,9 @@ def bm25_candidates(
     for most users, so exact there): idf depends on the share of rows holding a term, which
     a sample of a big user's rows estimates well, at a bounded cost. All query terms count in
     the score; only the rarer ones select candidates (see `_selecting`)."""
-    stats = session.execute(
-        text(
+    stats = fetch(
+        session,
+        (
             "WITH q AS (SELECT q.lexeme, coalesce(cardinality(q.positions), 1) AS tf,"  # noqa: S608
             f"  {_QUOTED_LEXEME} AS tq"
             "  FROM unnest(to_tsvector('english'::regconfig, :query)) AS q LIMIT :max_terms),"
@@ -137,7 +138,7 @@ def bm25_candidates(
             "sample": scope.sample,
             "count_cap": int(MATCH_ROWS / MIN_MATCH_SHARE),
         },
-    ).all()
+    )
     if not stats or not stats[0].sampled:
         return {}
     n_docs = int(stats[0].sampled)
@@ -146,10 +147,11 @@ def bm25_candidates(
     df = {row.lexeme: int(row.df) for row in stats}
     share = match_share(int(stats[0].total or 0))
     selecting = _selecting(terms, df, n_docs, full=n_docs < scope.sample, share=share)
-    rows = session.execute(
-        text(_MATCHED.format(match=match)),
+    rows = fetch(
+        session,
+        _MATCHED.format(match=match),
         {**match_params, "tsq": _tsquery(selecting), "limit": limit, "terms": list(terms)},
-    ).all()
+    )
     # The ceiling counts every query term, found or not: words of the query that no row holds
     # are part of what was asked, so a row matching one common word scores low.
     ceiling = bm25_ceiling(terms, df=df, n_docs=n_docs) or 1.0

@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
+
+from app.db.rows import fetch, fetch_value, run
 
 _FORMATS: dict[int, str] = {}
 
@@ -80,14 +81,13 @@ def _rows_of(session: Session, database: str, table: str) -> float:
     rows sit in one partition of episodic.turns, with its own HNSW index)."""
 
     def estimate() -> float:
-        rows = session.execute(
-            text(
-                "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
-                " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
-                " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf"
-            ),
+        rows = fetch_value(
+            session,
+            "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
+            " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
+            " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf",
             {"table": table},
-        ).scalar()
+        )
         return float(rows or 0)
 
     return _remembered(_table_rows, f"{database}/{table}", TABLE_SIZE_TTL_S, estimate)
@@ -104,13 +104,12 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
     threshold = index_threshold(_rows_of(session, database, table))
 
     def holds() -> bool:
-        held = session.execute(
-            text(
-                f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
-                " LIMIT :threshold) AS c"
-            ),
+        held = fetch_value(
+            session,
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
+            " LIMIT :threshold) AS c",
             {**params, "threshold": threshold},
-        ).scalar()
+        )
         return int(held or 0) >= threshold
 
     key = (database, table, size_where, threshold, *sorted((k, str(v)) for k, v in params.items()))
@@ -139,34 +138,32 @@ def nearest(
     order = "embedding <=> CAST(:vector AS vector)"
     walk = False
     if exact:
-        session.execute(text("SET LOCAL enable_indexscan = off"))
+        run(session, "SET LOCAL enable_indexscan = off")
     elif size_where is not None and not _through_index(session, table, size_where, params):
         # Sorted exactly, by an expression the HNSW index cannot serve: no index settings.
         order = f"({order}) + 0"
     else:
         walk = size_where is not None
-        session.execute(
-            text(
-                "SELECT set_config('hnsw.ef_search', :ef, true),"
-                " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-                " set_config('enable_sort', :sort, true)"
-            ),
+        run(
+            session,
+            "SELECT set_config('hnsw.ef_search', :ef, true),"
+            " set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+            " set_config('enable_sort', :sort, true)",
             {"ef": str(ef_search), "sort": "off" if walk else "on"},
         )
-    rows = session.execute(
-        text(
-            f"SELECT id, 1 - distance AS cosine FROM (SELECT {key} AS id,"  # noqa: S608
-            f" embedding <=> CAST(:vector AS vector) AS distance FROM {table}"
-            f" WHERE {where} AND embedding IS NOT NULL"
-            f" ORDER BY {order} LIMIT :limit) AS c"
-            " ORDER BY distance"
-        ),
+    rows = fetch(
+        session,
+        f"SELECT id, 1 - distance AS cosine FROM (SELECT {key} AS id,"  # noqa: S608
+        f" embedding <=> CAST(:vector AS vector) AS distance FROM {table}"
+        f" WHERE {where} AND embedding IS NOT NULL"
+        f" ORDER BY {order} LIMIT :limit) AS c"
+        " ORDER BY distance",
         {**params, "vector": vector_literal(vector), "limit": limit},
-    ).all()
+    )
     if exact:
-        session.execute(text("SET LOCAL enable_indexscan = on"))
+        run(session, "SET LOCAL enable_indexscan = on")
     elif walk:
-        session.execute(text("SET LOCAL enable_sort = on"))
+        run(session, "SET LOCAL enable_sort = on")
     found: dict[Any, float] = {}
     for row in rows:
         found.setdefault(row.id, float(row.cosine))

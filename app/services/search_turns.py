@@ -72,8 +72,9 @@ def legs(
     vector: QueryVector,
     settings: Settings,
     window: TimeWindow | None,
-) -> tuple[list[Leg[uuid.UUID]], list[Leg[uuid.UUID]], dict[uuid.UUID, list[uuid.UUID]]]:
-    """(turn legs, memory legs, memory → its source turns), in the caller's transaction.
+) -> tuple[list[Leg[uuid.UUID]], list[Leg[uuid.UUID]], dict[uuid.UUID, Any]]:
+    """(turn legs, memory legs, every found memory's keys: its source turns and what its
+    prior needs, semantic.search.memory_keys), in the caller's transaction.
 
     The lexical legs run first: the query's vector is being embedded meanwhile."""
     pool = max(settings.search_candidates, request.limit)
@@ -128,8 +129,8 @@ def legs(
             _entity_leg(session, memory_filter, request, query, memory_legs, settings)
         )
     cited = {m for leg in memory_legs for m in leg.scores}
-    sources = memory_search.source_turns(session, tenant_id, request.user_id, list(cited))
-    return turn_legs, memory_legs, sources
+    keys = memory_search.memory_keys(session, tenant_id, request.user_id, list(cited))
+    return turn_legs, memory_legs, keys
 
 
 def _entity_leg(
@@ -167,11 +168,11 @@ def rank_turns(
     window: TimeWindow | None,
 ) -> list[SearchHit]:
     """The turns unit, in the caller's (tenant-scoped) transaction."""
-    turn_legs, memory_legs, sources = legs(session, tenant_id, request, vector, settings, window)
+    turn_legs, memory_legs, keys = legs(session, tenant_id, request, vector, settings, window)
     fused = fuse_turns(
         turn_legs,
         memory_legs,
-        sources,
+        {m: list(key.source_turn_ids or []) for m, key in keys.items()},
         k=settings.search_rrf_k,
         turns_per_memory=settings.search_turns_per_memory,
         power=settings.search_rrf_score_power,
@@ -187,7 +188,7 @@ def rank_turns(
     memory_ids |= {m for t in turn_ids for m in fused.via.get(t, [])}
     # The pool is ranked on what the prior needs; whole rows are read for the hits alone.
     times = {t: facts[t].occurred_at for t in turn_ids if t in facts}
-    priors = memory_search.memory_priors(session, tenant_id, request.user_id, list(memory_ids))
+    priors = {m: keys[m] for m in memory_ids if m in keys}
     best = _best(pool, fused, times, priors, settings, now, request.limit)
     shown_turns = [item_id for _, item_id, layer, _ in best if layer == "turn"]
     shown_memories = {item_id for _, item_id, layer, _ in best if layer == "memory"}

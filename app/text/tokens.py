@@ -11,8 +11,9 @@ count for one model family, point ENGRAM_TOKENIZER at that family's `tokenizer.j
 No special tokens, no truncation, no padding: the count of a text is what it adds to a
 prompt. Counting is in Rust, ~40 µs for a short turn; a loaded tokenizer is only read, so
 threads share it. Every ingested turn is counted, so for a BERT-style tokenizer (the shipped
-one) ASCII text is counted word by word, each word tokenized once and remembered
-(`_AsciiWordPiece`): the same count for a few µs.
+one) text is counted by its whitespace-separated chunks, each chunk tokenized once and
+remembered (`_ChunkedWordPiece`): the same count for a few µs, and a context block holding
+one emoji is not sent to the tokenizer whole.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ _AS_ASCII = str.maketrans(dict.fromkeys(TYPOGRAPHIC, "'") | {"\u00a0": " "})
 _WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9]")
 # Whitespace-separated words as written, for cutting a text at a word boundary.
 _CHUNKS = re.compile(r"\S+")
+# The whitespace every BERT pre-tokenizer splits at, whatever surrounds it: a non-ASCII text
+# is cut here only (Python's str.split also cuts at characters the normalizer drops).
+_ASCII_SPACE = re.compile(r"[ \t\n\r]+")
 # Chunks and words remembered (a bounded cache, started afresh when full); longer ones are
 # counted each time they come.
 KEPT = 65_536
@@ -86,20 +90,22 @@ def _remember(known: dict[str, int], fresh: dict[str, int]) -> dict[str, int] | 
     return None
 
 
-class _AsciiWordPiece:
-    """Exact counts of ASCII text for a BertNormalizer (lowercasing) + BertPreTokenizer +
-    WordPiece tokenizer, from counts of its whitespace-separated chunks.
+class _ChunkedWordPiece:
+    """Exact counts for a BertNormalizer (lowercasing) + BertPreTokenizer + WordPiece
+    tokenizer, from counts of a text's whitespace-separated chunks.
 
-    On ASCII the normalizer only drops control characters and lowercases (accents and CJK
-    are not ASCII), and the pre-tokenizer splits at whitespace and isolates every
-    punctuation mark (each printable ASCII character that is not a letter or a digit);
-    WordPiece then splits each word on its own. So a text counts the sum of its chunks, a
-    chunk the sum of its words, and both repeat: each is tokenized once and remembered. A
-    text holding an added token (`[MASK]`...), which the tokenizer matches before
-    normalizing, is left to the tokenizer whole.
+    The normalizer works character by character (it drops controls, lowercases, strips
+    accents, spaces out CJK) and the pre-tokenizer splits at whitespace, so a text counts the
+    sum of its chunks, and chunks repeat: each is counted once and remembered. On ASCII the
+    normalizer only drops controls and lowercases, and the pre-tokenizer isolates every
+    punctuation mark, so an ASCII chunk counts the sum of its words, each tokenized by
+    WordPiece alone; a chunk with other characters is counted by the whole tokenizer. A text
+    holding an added token (`[MASK]`...), which the tokenizer matches before normalizing, is
+    left to the tokenizer whole.
     """
 
     def __init__(self, tokenizer: tokenizers.Tokenizer) -> None:
+        self.tokenizer = tokenizer
         self.model = tokenizer.model
         added = sorted({t.content.lower() for t in tokenizer.get_added_tokens_decoder().values()})
         self.added = re.compile("|".join(map(re.escape, added))) if added else None
@@ -119,18 +125,17 @@ class _AsciiWordPiece:
         )
 
     def chunks_of(self, text: str) -> list[str] | None:
-        """The normalized chunks of an ASCII text (typographic punctuation allowed), or None
-        when the tokenizer must see it."""
+        """The text's chunks, lowercased where ASCII (typographic punctuation counts as
+        ASCII), or None when the tokenizer must see it whole."""
         if not text.isascii():
             text = text.translate(_AS_ASCII)
-            if not text.isascii():
-                return None
-        lowered = text.lower()
-        if _CONTROLS.search(lowered):
-            lowered = _CONTROLS.sub("", lowered)
-        if self.added is not None and self.added.search(lowered):
+        if _CONTROLS.search(text):
+            text = _CONTROLS.sub("", text)
+        if self.added is not None and self.added.search(text.lower()):
             return None
-        return lowered.split()
+        if text.isascii():
+            return text.lower().split()
+        return [c if not c.isascii() else c.lower() for c in _ASCII_SPACE.split(text) if c]
 
     def count(self, texts: Sequence[list[str]]) -> list[int]:
         """Counts of texts given as chunks (from `chunks_of`)."""
@@ -152,7 +157,9 @@ class _AsciiWordPiece:
         return counts
 
     def _count_chunks(self, chunks: set[str]) -> dict[str, int]:
-        split = {chunk: _WORDS.findall(chunk) for chunk in chunks}
+        other = [chunk for chunk in chunks if not chunk.isascii()]
+        whole = self.tokenizer.encode_batch(other, add_special_tokens=False) if other else []
+        split = {chunk: _WORDS.findall(chunk) for chunk in chunks if chunk.isascii()}
         known = self.words
         # A word is normalized and split already: the model alone tokenizes it.
         tokenize = self.model.tokenize
@@ -160,16 +167,18 @@ class _AsciiWordPiece:
         fresh = {word: len(tokenize(word)) for word in new}
         if (started := _remember(known, fresh)) is not None:
             self.words = started
-        return {
+        counted = {
             chunk: sum(fresh[w] if w in fresh else known[w] for w in words)
             for chunk, words in split.items()
         }
+        counted.update((chunk, len(e.ids)) for chunk, e in zip(other, whole, strict=True))
+        return counted
 
 
 @lru_cache(maxsize=4)
-def _word_counter(name: str) -> _AsciiWordPiece | None:
+def _word_counter(name: str) -> _ChunkedWordPiece | None:
     tokenizer = load_tokenizer(name)
-    return _AsciiWordPiece(tokenizer) if _AsciiWordPiece.fits(tokenizer) else None
+    return _ChunkedWordPiece(tokenizer) if _ChunkedWordPiece.fits(tokenizer) else None
 
 
 def _configured_name() -> str:
@@ -190,8 +199,8 @@ def count_tokens(text: str) -> int:
 
 
 def count_many(texts: Sequence[str]) -> list[int]:
-    """count_tokens for many texts in one call (ASCII by the chunk, the rest in parallel
-    in Rust)."""
+    """count_tokens for many texts in one call (by the chunk, from the cache where the
+    tokenizer allows it; the rest whole, in parallel in Rust)."""
     if not texts:
         return []
     name = _configured_name()

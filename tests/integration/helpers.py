@@ -24,6 +24,20 @@ def turn(tenant: str, user: str, n: int, **overrides: Any) -> dict[str, Any]:
     return event
 
 
+def driver_statements(monkeypatch: Any, seen: list[Any], note: Callable[[str], Any]) -> None:
+    """Note every statement any psycopg cursor runs (through SQLAlchemy or straight on the
+    driver, as the search path's reads do: app/db/rows.py) into `seen`, as note(statement)."""
+    import psycopg
+
+    execute = psycopg.Cursor.execute
+
+    def noting(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(note(str(query)))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", noting)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 60, every: float = 0.1) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -5,19 +5,18 @@ sorted exactly through the user index (the exact answer)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from app.config import Settings
 from app.db import nearest as nearest_module
 from app.db.nearest import index_threshold, vector_literal
 from app.db.session import app_engine, unit_of_work
 from app.layers.semantic.search import MemoryFilter, dense_candidates
+from tests.integration.helpers import driver_statements
 
 DIM = 384
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
@@ -50,16 +49,10 @@ def _plant(tenant: str, user: str, count: int, rng: np.random.Generator) -> None
 
 
 @pytest.fixture
-def statements(settings: Settings) -> Iterator[list[str]]:
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-
-    def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
-
-    engine = app_engine(settings)
-    event.listen(engine, "before_cursor_execute", listen)
-    yield seen
-    event.remove(engine, "before_cursor_execute", listen)
+    driver_statements(monkeypatch, seen, lambda statement: statement)
+    return seen
 
 
 def test_the_threshold_grows_with_the_square_root_of_the_table() -> None:

@@ -5,16 +5,15 @@ or hanging service (up to its timeout) never holds one."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from app.config import Settings
-from app.db.session import app_engine
 from app.embedding.factory import get_embedder
 from app.services.memories import MemoryIn
+from tests.integration.helpers import driver_statements
 from tests.integration.test_hybrid_search import find, remember_all
 
 
@@ -35,17 +34,11 @@ class _Recording:
 
 
 @pytest.fixture
-def statements(settings: Settings) -> Iterator[list[float]]:
-    """When each statement of the app's engine started."""
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each statement started."""
     seen: list[float] = []
-
-    def listen(*args: Any) -> None:
-        seen.append(time.monotonic())
-
-    engine = app_engine(settings)
-    event.listen(engine, "before_cursor_execute", listen)
-    yield seen
-    event.remove(engine, "before_cursor_execute", listen)
+    driver_statements(monkeypatch, seen, lambda _: time.monotonic())
+    return seen
 
 
 def test_a_remote_service_is_asked_before_any_statement(

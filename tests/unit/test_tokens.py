@@ -98,6 +98,23 @@ def test_typographic_punctuation_counts_what_the_tokenizer_counts(pieces: list[s
     assert count_many(texts) == [_tokenizer_count(t) for t in texts]
 
 
+@given(
+    st.lists(
+        ASCII_PIECES
+        | st.text(max_size=8)
+        | st.sampled_from(
+            ["\U0001f642", "caf\u00e9", "\u65e5\u672c\u8a9e", "\u2003", "\u0085", "\u200b",
+             " \u0301", "\u0130", "\u00df", "\u2028", "\uff1c", "\u00a0"]
+        )
+    )
+)  # fmt: skip
+def test_any_text_counts_what_the_tokenizer_counts(pieces: list[str]) -> None:
+    """Emoji, accents, CJK, odd spaces and controls: a text with other characters than
+    ASCII is still counted by the chunk, and the count must stay the tokenizer's."""
+    texts = ["".join(pieces), " ".join(pieces), "\n".join(reversed(pieces))]
+    assert count_many(texts) == [_tokenizer_count(t) for t in texts]
+
+
 @given(st.text(max_size=200), st.integers(min_value=0, max_value=40))
 def test_words_within_is_the_longest_run_of_whole_words_within_the_budget(
     text: str, budget: int

@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from app.db.nearest import vector_literal
+from app.db.rows import fetch
 from app.layers.semantic.search import MemoryFilter
 
 _MAX_NAMES = 16
@@ -76,8 +76,9 @@ def entity_links(
     if not names and not seed_memories:
         return []
     where, params = memory_filter.clause("m.")
-    rows = session.execute(
-        text(_LINKS.format(where=where)),
+    rows = fetch(
+        session,
+        _LINKS.format(where=where),
         {
             **params,
             "names": list(dict.fromkeys(names))[:_MAX_NAMES],
@@ -89,5 +90,5 @@ def entity_links(
             "max_seeds": max_seeds,
             "vector": vector_literal(vector),
         },
-    ).all()
+    )
     return [Link(r.memory_id, r.entity_id, bool(r.named), float(r.cosine)) for r in rows]

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.db.fulltext import FulltextScope, bm25_candidates
 from app.db.nearest import nearest
+from app.db.rows import fetch
 
 PASSAGE_ROWS_PER_TURN = 2
 
@@ -164,14 +165,11 @@ def _by_id(
     """`columns` (a fixed list) of the user's turns with these ids (see turn_facts)."""
     if not ids:
         return []
-    return list(
-        session.execute(
-            text(
-                f"SELECT {columns} FROM episodic.turns"  # noqa: S608
-                f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
-            ),
-            {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-        )
+    return fetch(
+        session,
+        f"SELECT {columns} FROM episodic.turns"  # noqa: S608
+        f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))",
+        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     )
 
 
@@ -189,16 +187,15 @@ def neighbours_of(
     walk of the session's message order, so a long session costs no more than a short one."""
     if not turn_ids or not among or window <= 0:
         return []
-    rows = session.execute(
-        text(
-            f"WITH src AS ({_SOURCES}), near AS ("  # noqa: S608
-            " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
-            f" CROSS JOIN LATERAL ({_walk('<')}) AS b"
-            " UNION ALL SELECT src.id, a.id, a.n FROM src"
-            f" CROSS JOIN LATERAL ({_walk('>')}) AS a)"
-            " SELECT turn_id, neighbour, distance FROM near"
-            " WHERE neighbour = ANY(CAST(:among AS uuid[]))"
-        ),
+    rows = fetch(
+        session,
+        f"WITH src AS ({_SOURCES}), near AS ("  # noqa: S608
+        " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
+        f" CROSS JOIN LATERAL ({_walk('<')}) AS b"
+        " UNION ALL SELECT src.id, a.id, a.n FROM src"
+        f" CROSS JOIN LATERAL ({_walk('>')}) AS a)"
+        " SELECT turn_id, neighbour, distance FROM near"
+        " WHERE neighbour = ANY(CAST(:among AS uuid[]))",
         {
             "tenant": tenant_id,
             "user": user_id,
@@ -206,7 +203,7 @@ def neighbours_of(
             "n": window,
             "among": list(among),
         },
-    ).all()
+    )
     return [(row.turn_id, row.neighbour, int(row.distance)) for row in rows]
 
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.db.fulltext import FulltextScope, bm25_candidates
 from app.db.nearest import nearest
+from app.db.rows import fetch
 
 
 @dataclass(frozen=True)
@@ -221,25 +222,24 @@ def memories_by_id(
         if tenant_id is not None and user_id is not None
         else "(CAST(:user AS text) IS NULL OR m.user_id = :user)"
     )
-    rows = session.execute(
-        text(
-            f"SELECT {MEMORY_FIELDS}, {turns}"  # noqa: S608
-            f" FROM semantic.memories AS m WHERE {owner} AND m.id = ANY(CAST(:ids AS uuid[]))"
-        ),
+    rows = fetch(
+        session,
+        f"SELECT {MEMORY_FIELDS}, {turns}"  # noqa: S608
+        f" FROM semantic.memories AS m WHERE {owner} AND m.id = ANY(CAST(:ids AS uuid[]))",
         {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-    ).all()
+    )
     return {row.id: row for row in rows}
 
 
-def memory_priors(
+def memory_keys(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Any]:
-    """id → (importance, consolidation_strength, occurred_at) of the user's memories: what
-    the prior of a pool of hits needs, before the whole rows of the few that are returned
-    are read (memories_by_id)."""
-    columns = "importance, consolidation_strength, occurred_at"
-    rows = _own_by_id(session, tenant_id, user_id, ids, columns)
-    return {row.id: row for row in rows}
+    """id → (source_turn_ids, importance, consolidation_strength, occurred_at) of the
+    user's memories: the turns each found memory points at, and what the prior of a pool of
+    hits needs, in one read before the whole rows of the few that are returned are read
+    (memories_by_id)."""
+    columns = "source_turn_ids, importance, consolidation_strength, occurred_at"
+    return {row.id: row for row in _own_by_id(session, tenant_id, user_id, ids, columns)}
 
 
 _NO_SOURCE_TURNS = "CAST('{}' AS text[]) AS source_external_ids, CAST('{}' AS uuid[]) AS source_ids"
@@ -277,14 +277,6 @@ def recent_memory_ids(
     )
 
 
-def source_turns(
-    session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, list[uuid.UUID]]:
-    """memory id → the ids of the turns it was extracted from, in the memory's order."""
-    rows = _own_by_id(session, tenant_id, user_id, ids, "source_turn_ids")
-    return {row.id: list(row.source_turn_ids or []) for row in rows}
-
-
 def _own_by_id(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID], columns: str
 ) -> list[Any]:
@@ -295,12 +287,9 @@ def _own_by_id(
     statement runs), and the primary key (id, tenant_id, user_id) finds each row there."""
     if not ids:
         return []
-    return list(
-        session.execute(
-            text(
-                f"SELECT id, {columns} FROM semantic.memories"  # noqa: S608
-                " WHERE tenant_id = :tenant AND user_id = :user AND id = ANY(CAST(:ids AS uuid[]))"
-            ),
-            {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
-        )
+    return fetch(
+        session,
+        f"SELECT id, {columns} FROM semantic.memories"  # noqa: S608
+        " WHERE tenant_id = :tenant AND user_id = :user AND id = ANY(CAST(:ids AS uuid[]))",
+        {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     )

@@ -1,0 +1,57 @@
+"""Read statements on the search path, run on the session's own driver connection.
+
+A search runs about a dozen small statements, and SQLAlchemy's generic path (an execution
+context, a compiled `text()` construct, result metadata built from every cursor description,
+a Row per row) cost about as much Python as the statements cost Postgres. These reads take
+no ORM objects, so they go to psycopg directly, on the connection of the session's
+transaction: the tenant's row-level-security scope (set_config in unit_of_work) and the
+transaction's snapshot are the same. Statements keep SQLAlchemy's `:name` placeholders, so
+they read as every other statement of the project.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from psycopg.rows import namedtuple_row
+from sqlalchemy.orm import Session
+
+# SQLAlchemy's own rule for a bound name: not after a colon, a word character or a backslash
+# ('x'::regconfig is a cast), and not followed by a colon.
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+
+
+@functools.lru_cache(maxsize=512)
+def _pyformat(statement: str) -> str:
+    """`:name` placeholders as psycopg's `%(name)s`, a literal `%` doubled."""
+    return _BIND.sub(r"%(\1)s", statement.replace("%", "%%"))
+
+
+def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> list[Any]:
+    """The rows of a read statement as named tuples (`row.column`), in the session's
+    transaction."""
+    with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
+        cursor.execute(_pyformat(statement), params or {})
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def run(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> None:
+    """A statement whose rows, if any, are not wanted (SET LOCAL, set_config)."""
+    with _driver(session).cursor() as cursor:
+        cursor.execute(_pyformat(statement), params or {})
+
+
+def fetch_value(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+    """The first column of the first row, None without one."""
+    with _driver(session).cursor() as cursor:
+        cursor.execute(_pyformat(statement), params or {})
+        row = cursor.fetchone() if cursor.description is not None else None
+    return row[0] if row else None
+
+
+def _driver(session: Session) -> Any:
+    """The psycopg connection under the session's transaction (begun if it was not)."""
+    return session.connection().connection.driver_connection
