@@ -62,11 +62,12 @@ os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_search")
 os.environ["ENGRAM_REDIS_PREFIX"] = f"benchs-{os.getpid()}"
 
 import numpy as np
-from sqlalchemy import event, text
+import psycopg
+from sqlalchemy import text
 
 from app.cli.supervisor import fresh_database
 from app.config import Settings, get_settings
-from app.db.session import app_engine, owner_engine, unit_of_work
+from app.db.session import owner_engine, unit_of_work
 from app.embedding.factory import local_embedder
 from app.layers.semantic.models import Memory
 from app.layers.semantic.search import MemoryFilter, dense_candidates
@@ -676,16 +677,27 @@ def push_conversations(
 
 
 class StatementTrap:
-    """Catches the dense query's SQL and parameters as the driver receives them."""
+    """Catches the dense query's SQL and parameters as the driver receives them (the
+    search path's reads go to psycopg directly: app/db/rows.py)."""
 
     def __init__(self) -> None:
-        self.armed = False
         self.caught: tuple[str, Any] | None = None
+        self._execute = psycopg.Cursor.execute
 
-    def __call__(self, conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if self.armed and "<=>" in statement and not statement.startswith("EXPLAIN"):
-            self.caught = (statement, parameters)
-            self.armed = False
+    def __enter__(self) -> StatementTrap:
+        execute = self._execute
+
+        def trapping(cursor: Any, statement: Any, parameters: Any = None, **kw: Any) -> Any:
+            text_of = str(statement)
+            if self.caught is None and "<=>" in text_of and not text_of.startswith("EXPLAIN"):
+                self.caught = (text_of, parameters)
+            return execute(cursor, statement, parameters, **kw)
+
+        psycopg.Cursor.execute = trapping  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        psycopg.Cursor.execute = self._execute  # type: ignore[method-assign]
 
 
 INDEX_IN_PLAN = re.compile(
@@ -696,19 +708,15 @@ INDEX_IN_PLAN = re.compile(
 
 def explain_dense(settings: Settings, user: int, vector: list[float]) -> tuple[list[str], str]:
     """(index scans in the plan, execution time) of the search's dense query for a user."""
-    trap = StatementTrap()
-    engine = app_engine(settings)
-    event.listen(engine, "before_cursor_execute", trap)
     with unit_of_work(TENANT) as session:
-        trap.armed = True
-        dense_candidates(
-            session,
-            MemoryFilter(tenant_id=TENANT, user_id=user_name(user)),
-            vector,
-            limit=max(settings.search_candidates, 10),
-            ef_search=max(settings.search_ef_search, settings.search_candidates),
-        )
-        event.remove(engine, "before_cursor_execute", trap)
+        with StatementTrap() as trap:
+            dense_candidates(
+                session,
+                MemoryFilter(tenant_id=TENANT, user_id=user_name(user)),
+                vector,
+                limit=max(settings.search_candidates, 10),
+                ef_search=max(settings.search_ef_search, settings.search_candidates),
+            )
         assert trap.caught is not None
         statement, parameters = trap.caught
         plan = [

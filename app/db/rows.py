@@ -6,7 +6,9 @@ a Row per row) cost about as much Python as the statements cost Postgres. These 
 no ORM objects, so they go to psycopg directly, on the connection of the session's
 transaction: the tenant's row-level-security scope (set_config in unit_of_work) and the
 transaction's snapshot are the same. Statements keep SQLAlchemy's `:name` placeholders, so
-they read as every other statement of the project.
+they read as every other statement of the project. Each is prepared on its connection at
+once (psycopg keeps the last hundred): a search's transaction asks for generic plans
+(app/db/session.py, GENERIC_PLANS), which only a prepared statement keeps.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = N
     """The rows of a read statement as named tuples (`row.column`), in the session's
     transaction."""
     with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
-        cursor.execute(_pyformat(statement), params or {})
+        cursor.execute(_pyformat(statement), params or {}, prepare=True)
         return cursor.fetchall() if cursor.description is not None else []
 
 
@@ -47,7 +49,7 @@ def run(session: Session, statement: str, params: Mapping[str, Any] | None = Non
 def fetch_value(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> Any:
     """The first column of the first row, None without one."""
     with _driver(session).cursor() as cursor:
-        cursor.execute(_pyformat(statement), params or {})
+        cursor.execute(_pyformat(statement), params or {}, prepare=True)
         row = cursor.fetchone() if cursor.description is not None else None
     return row[0] if row else None
 

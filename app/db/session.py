@@ -67,24 +67,38 @@ def unit_of_work(
     engine: Engine | None = None,
     agent_id: str | None = None,
     all_agents: bool = False,
+    generic_plans: bool = False,
 ) -> Iterator[Session]:
     """One transaction: commits on success, rolls back on error; repositories never commit.
 
     `agent_id` lets a request see that agent's private map besides the shared rows;
     `all_agents` is for background work (extraction, dream, decay, forgetting), which must
-    see every agent's rows."""
+    see every agent's rows. `generic_plans` is for a search's reads (see GENERIC_PLANS)."""
     bind = engine or app_engine(get_settings())
     with Session(bind=bind, expire_on_commit=False) as session, session.begin():
-        _scope(session, tenant_id, agent_id, all_agents=all_agents)
+        _scope(session, tenant_id, agent_id, all_agents=all_agents, generic_plans=generic_plans)
         yield session
 
 
+# A search's reads name their rows by arrays of a few hundred ids (the fused turns, the found
+# memories) and their user by parameter: planned for the values at every call, each array
+# element is estimated and the partitions pruned again; the generic plan a prepared
+# statement keeps (app/db/rows.py prepares them) prunes as it runs. Which dense plan serves
+# a user is fixed by the statement's text (app/db/nearest.py), not by the planner.
+GENERIC_PLANS = ("plan_cache_mode", "force_generic_plan")
+
+
 def _scope(
-    session: Session, tenant_id: str | None, agent_id: str | None, *, all_agents: bool
+    session: Session,
+    tenant_id: str | None,
+    agent_id: str | None,
+    *,
+    all_agents: bool,
+    generic_plans: bool = False,
 ) -> None:
     """set_tenant and set_agent in one statement: every unit of work opens with it, and
     background steps open many small ones."""
-    settings: list[tuple[str, str]] = []
+    settings: list[tuple[str, str]] = [GENERIC_PLANS] if generic_plans else []
     if tenant_id is not None:
         settings.append((TENANT_SETTING, tenant_id))
     if all_agents:

@@ -51,7 +51,7 @@ def search(
     vector = (QueryVector.start if local else QueryVector.now)(embedder, request.query)
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
-    with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
+    with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if unit == "turns":
             hits = rank_turns(session, tenant_id, request, vector, settings, now, window)
         else:
