@@ -1,0 +1,55 @@
+"""Reads on the session's driver connection (app/db/rows.py) are the session's own: the same
+transaction and the same tenant scope under row-level security."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import text
+
+from app.db.rows import fetch, fetch_value
+from app.db.session import unit_of_work
+
+
+def _remember(session: object, tenant: str, user: str, content: str) -> uuid.UUID:
+    memory_id = uuid.uuid4()
+    session.execute(  # type: ignore[attr-defined]
+        text(
+            "INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content,"
+            " content_hash, occurred_at, valid_from) VALUES (:id, :t, :u, 'fact', :c, :h,"
+            " :at, :at)"
+        ),
+        {
+            "id": memory_id,
+            "t": tenant,
+            "u": user,
+            "c": content,
+            "h": content,
+            "at": datetime(2026, 5, 1, tzinfo=UTC),
+        },
+    )
+    return memory_id
+
+
+def test_a_driver_read_sees_its_own_tenant_only(tenant: str) -> None:
+    other = f"{tenant}-other"
+    with unit_of_work(other) as session:
+        theirs = _remember(session, other, "ann", "the other tenant's secret")
+    with unit_of_work(tenant) as session:
+        ours = _remember(session, tenant, "ann", "our note")
+        # Uncommitted yet: the read is in the session's transaction.
+        rows = fetch(
+            session,
+            "SELECT id, tenant_id FROM semantic.memories WHERE id = ANY(CAST(:ids AS uuid[]))",
+            {"ids": [ours, theirs]},
+        )
+        assert [(r.id, r.tenant_id) for r in rows] == [(ours, tenant)]
+        assert fetch_value(session, "SELECT count(*) FROM semantic.memories") == 1
+    with unit_of_work(tenant) as session:  # committed by the unit of work, not by the read
+        assert (
+            fetch_value(
+                session, "SELECT content FROM semantic.memories WHERE id = :id", {"id": ours}
+            )
+            == "our note"
+        )
