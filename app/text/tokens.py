@@ -253,12 +253,26 @@ def truncate_to_tokens(text: str, budget: int) -> str:
     return prefix
 
 
+# A context cuts the same long turns for question after question: cuts of texts up to this
+# long are remembered per tokenizer (4,096 of them, a few MB at most).
+REMEMBERED_CUT_CHARS = 2_000
+
+
 def words_within(text: str, budget: int) -> str | None:
     """The longest run of `text`'s leading whole words (whitespace-separated, as written)
     that counts at most `budget` tokens, without encoding the text: None when the configured
     tokenizer's counts do not add up word by word (not WordPiece) or no whole word fits."""
-    if _word_counter(_configured_name()) is None:
+    name = _configured_name()
+    if _word_counter(name) is None:
         return None
+    if len(text) <= REMEMBERED_CUT_CHARS:
+        return _remembered_words_within(name, text, budget)
+    return _words_within(name, text, budget)
+
+
+def _words_within(name: str, text: str, budget: int) -> str | None:
+    """words_within, counted under the configured tokenizer; `name` (its name) keys the
+    remembered cuts."""
     spans = [match.span() for match in _CHUNKS.finditer(text)]
     used, end = 0, None
     for (_, stop), count in zip(spans, count_many([text[a:b] for a, b in spans]), strict=True):
@@ -267,3 +281,6 @@ def words_within(text: str, budget: int) -> str | None:
             break
         end = stop
     return text[:end] if end is not None else None
+
+
+_remembered_words_within = lru_cache(maxsize=4_096)(_words_within)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 from app.text.injection import instruction_flags
 
@@ -96,7 +97,22 @@ def imitates_fence(text: str) -> bool:
 def suspected(text: str, *, stored: bool = False) -> bool:
     """Whether the text must be quoted as untrusted: flagged when stored (`stored`), reading
     like instructions now, or imitating the fence."""
-    return stored or bool(instruction_flags(text)) or imitates_fence(text)
+    if stored:
+        return True
+    return _reads_suspect(text) if len(text) <= REMEMBERED_CHARS else _reads_as_suspect(text)
+
+
+# Texts up to this long have their verdict remembered (16,384 of them, a few MB at most):
+# every search checks each hit and its memories again, and the same turns come back
+# question after question.
+REMEMBERED_CHARS = 1_000
+
+
+def _reads_as_suspect(text: str) -> bool:
+    return bool(instruction_flags(text)) or imitates_fence(text)
+
+
+_reads_suspect = lru_cache(maxsize=16_384)(_reads_as_suspect)
 
 
 def neutralise(text: str) -> str:
