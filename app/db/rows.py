@@ -1,8 +1,8 @@
 """Read statements on the search path, run on the session's own driver connection.
 
-A search runs about a dozen small statements, and SQLAlchemy's generic path (an execution
-context, a compiled `text()` construct, result metadata built from every cursor description,
-a Row per row) cost about as much Python as the statements cost Postgres. These reads take
+A search runs many small statements, and SQLAlchemy's generic path (an execution context, a
+compiled `text()` construct, result metadata built from every cursor description, a Row per
+row) was a large share of its Python (bench/search.py, README). These reads take
 no ORM objects, so they go to psycopg directly, on the connection of the session's
 transaction: the tenant's row-level-security scope (set_config in unit_of_work) and the
 transaction's snapshot are the same. Statements keep SQLAlchemy's `:name` placeholders, so
