@@ -18,6 +18,9 @@ from app.db.rows import fetch
 from app.scoring.retrieval import bm25, bm25_ceiling
 
 MAX_QUERY_TERMS = 48
+# Positions labelled C are context a row borrows (a turn holds its neighbours' words so): each
+# counts this much of one of the row's own (label D) in term frequency and length.
+CONTEXT_WEIGHT = 0.5
 COMMON_SHARE = 0.2
 # The selecting terms may hold up to MATCH_ROWS rows of the user (ts_rank over them, BM25
 # over the best `limit`), as a share of the rows between MIN and MAX: 0.05 of a 1.5k-turn
@@ -124,7 +127,8 @@ def bm25_candidates(
             "  LIMIT :sample)"
             " SELECT q.lexeme, q.tf,"
             " (SELECT count(*) FROM s WHERE s.v @@ q.tq) AS df,"
-            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(v)) FROM s) AS avg_len,"
+            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(ts_filter(v, '{d}'))"
+            " + :context * length(ts_filter(v, '{c}'))) FROM s) AS avg_len,"
             " CASE WHEN (SELECT count(*) FROM s) < :sample THEN 0 ELSE (SELECT count(*) FROM"
             f"  (SELECT 1 FROM {scope.table} WHERE {scope.size_where or scope.where}"
             "  LIMIT :count_cap) AS c) END"
@@ -137,6 +141,7 @@ def bm25_candidates(
             "max_terms": MAX_QUERY_TERMS,
             "sample": scope.sample,
             "count_cap": int(MATCH_ROWS / MIN_MATCH_SHARE),
+            "context": CONTEXT_WEIGHT,
         },
     )
     if not stats or not stats[0].sampled:
@@ -150,7 +155,13 @@ def bm25_candidates(
     rows = fetch(
         session,
         _MATCHED.format(match=match),
-        {**match_params, "tsq": _tsquery(selecting), "limit": limit, "terms": list(terms)},
+        {
+            **match_params,
+            "tsq": _tsquery(selecting),
+            "limit": limit,
+            "terms": list(terms),
+            "context": CONTEXT_WEIGHT,
+        },
     )
     # The ceiling counts every query term, found or not: words of the query that no row holds
     # are part of what was asked, so a row matching one common word scores low.
@@ -162,7 +173,7 @@ def bm25_candidates(
             df=df,
             n_docs=n_docs,
             avg_len=avg_len,
-            doc_len=int(row.doc_len or 0),
+            doc_len=float(row.doc_len or 0),
         )
         / ceiling
         for row in rows
@@ -174,9 +185,11 @@ def bm25_candidates(
 # here, not parsed from its text form in Python for every matched row.
 _MATCHED = (
     "SELECT m.id, d.doc_len, d.lexemes, d.tfs FROM {match} AS m CROSS JOIN LATERAL ("
-    " SELECT sum(greatest(cardinality(u.positions), 1)) AS doc_len,"
+    " SELECT sum(u.tf) AS doc_len,"
     "  array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS lexemes,"
-    "  array_agg(greatest(cardinality(u.positions), 1))"
-    "   FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS tfs"
-    " FROM unnest(m.v) AS u) AS d"
+    "  array_agg(u.tf) FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS tfs"
+    " FROM (SELECT x.lexeme, CASE WHEN cardinality(x.weights) > 0 THEN"
+    "   cardinality(array_remove(x.weights, 'C'))"
+    "   + :context * (cardinality(x.weights) - cardinality(array_remove(x.weights, 'C')))"
+    "   ELSE 1 END AS tf FROM unnest(m.v) AS x) AS u) AS d"
 )

@@ -29,14 +29,14 @@ def idf(df: int, n_docs: int) -> float:
 
 def bm25(
     query: Mapping[str, int],
-    doc: Mapping[str, int],
+    doc: Mapping[str, float],
     *,
     df: Mapping[str, int],
     n_docs: int,
     avg_len: float,
     k1: float = BM25_K1,
     b: float = BM25_B,
-    doc_len: int | None = None,
+    doc_len: float | None = None,
 ) -> float:
     """`doc` holds the document's terms and counts, the query's at least; `doc_len` its
     length when `doc` holds only those (the sum of `doc`'s counts otherwise)."""

@@ -286,7 +286,9 @@ def delete_memory(
         unlinked = unlink_memories(session=session, user_id=owner, memory_ids=ids)
         hits = drop_hits(session=session, user_id=owner, memory_ids=ids)
         deleted = removal.delete_memories(session=session, user_id=owner, memory_ids=ids)
-        removed_turns = episodic_clear.delete_turns(session=session, user_id=owner, turn_ids=turns)
+        removed_turns = episodic_clear.delete_turns(
+            session=session, tenant_id=tenant_id, user_id=owner, turn_ids=turns
+        )
         if timed:
             forget_summary(session=session, user_id=owner, since=min(at for _, at in timed))
     report.ids = sorted(ids, key=str)

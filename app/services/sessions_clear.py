@@ -88,7 +88,7 @@ def clear_session(
         deleted = removal.delete_memories(session=session, user_id=user_id, memory_ids=doomed)
         removal.keep_citations(session=session, rows=kept)
         removed_turns = episodic_clear.delete_turns(
-            session=session, user_id=user_id, turn_ids=turn_ids
+            session=session, tenant_id=tenant_id, user_id=user_id, turn_ids=turn_ids
         )
         episodic_clear.delete_session(session=session, user_id=user_id, session_id=session_id)
         summaries = (

@@ -1,7 +1,8 @@
 """BM25 reads a matched row's length and its counts of the query's terms from the stored
 tsvector in SQL (app/db/fulltext.py's _MATCHED), not from its text form in Python: the counts
-must be the ones Postgres holds, whatever characters the lexemes carry. The rows are written
-here as tsvector literals, read by Postgres' own parser."""
+must be the ones Postgres holds, whatever characters the lexemes carry, a position labelled C
+(a word a turn borrows from its neighbours) counting CONTEXT_WEIGHT of one. The rows are
+written here as tsvector literals, read by Postgres' own parser."""
 
 from __future__ import annotations
 
@@ -12,17 +13,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from app.db.fulltext import _MATCHED
+from app.db.fulltext import _MATCHED, CONTEXT_WEIGHT
 from app.db.session import unit_of_work
 
 # One row standing in for a layer's match function: (id, v = the row's tsvector).
 _ONE_ROW = _MATCHED.format(match="(SELECT 1 AS id, CAST(:v AS tsvector) AS v)")
 
 
-def _counts(value: str, terms: list[str]) -> tuple[int, dict[str, int]]:
+def _counts(value: str, terms: list[str]) -> tuple[float, dict[str, float]]:
     with unit_of_work("bm25-term-counts") as session:
-        row = session.execute(text(_ONE_ROW), {"v": value, "terms": terms}).one()
-    return int(row.doc_len or 0), dict(zip(row.lexemes or (), row.tfs or (), strict=True))
+        row = session.execute(
+            text(_ONE_ROW), {"v": value, "terms": terms, "context": CONTEXT_WEIGHT}
+        ).one()
+    return float(row.doc_len or 0), dict(zip(row.lexemes or (), row.tfs or (), strict=True))
 
 
 def _tsvector_text(terms: dict[str, list[int]]) -> str:
@@ -43,7 +46,13 @@ def _tsvector_text(terms: dict[str, list[int]]) -> str:
             5,
             {"peanut": 3, "daughter": 1},
         ),
-        ("'lexem':1,4B 'titl':2A,7C,9D", ["lexem", "titl"], 5, {"lexem": 2, "titl": 3}),
+        ("'lexem':1,4B 'titl':2A,7D", ["lexem", "titl"], 4, {"lexem": 2, "titl": 2}),
+        (
+            "'lemon':1,5C 'tea':2C 'like':3",
+            ["lemon", "tea"],
+            2 + 2 * CONTEXT_WEIGHT,
+            {"lemon": 1 + CONTEXT_WEIGHT, "tea": CONTEXT_WEIGHT},
+        ),
         ("'it''s':2 'o''brien':1,5", ["it's", "o'brien"], 3, {"it's": 1, "o'brien": 2}),
         ("'budget' 'review' 'quarter'", ["review"], 3, {"review": 1}),
         ("'new york':1 'a:b':2,3", ["new york", "a:b"], 3, {"new york": 1, "a:b": 2}),
@@ -51,7 +60,7 @@ def _tsvector_text(terms: dict[str, list[int]]) -> str:
         ("", ["peanut"], 0, {}),
     ],
 )
-def test_length_and_term_counts(value: str, terms: list[str], length: int, held: Any) -> None:
+def test_length_and_term_counts(value: str, terms: list[str], length: float, held: Any) -> None:
     assert _counts(value, terms) == (length, held)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session as DbSession
 
+from app.layers.episodic import context_words
+
 
 def unextracted_counts(
     *, session: DbSession, tenant_id: str, user_ids: Sequence[str]
@@ -127,6 +129,15 @@ def claim_users_turns(
             ),
             updates,
         )
+        # The claimed turns' neighbours stand now (or rekey them when their own claim comes).
+        for update in updates:
+            context_words.rekey(
+                session=session,
+                tenant_id=tenant_id,
+                user_id=update["user"],
+                turn_ids=update["ids"],
+                neighbours=True,
+            )
     return claimed
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from app.layers.episodic import context_words
+
 
 def find_session(*, session: Session, user_id: str, session_id: uuid.UUID) -> Any | None:
     """The user's session (id, started_at, last_turn_at, turn_count), locked for the
@@ -58,10 +60,16 @@ def turn_times(
     return [(r[0], r[1]) for r in rows]
 
 
-def delete_turns(*, session: Session, user_id: str, turn_ids: Sequence[uuid.UUID]) -> int:
-    """Delete these turns of the user; sessions lose their count, empty ones go."""
+def delete_turns(
+    *, session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID]
+) -> int:
+    """Delete these turns of the user; sessions lose their count, empty ones go, and the
+    turns that were beside them lose their words (context_words.py)."""
     if not turn_ids:
         return 0
+    near = context_words.beside(
+        session=session, tenant_id=tenant_id, user_id=user_id, turn_ids=turn_ids
+    )
     counted = session.execute(
         text(
             "WITH gone AS (DELETE FROM episodic.turns WHERE user_id = :user"
@@ -83,6 +91,9 @@ def delete_turns(*, session: Session, user_id: str, turn_ids: Sequence[uuid.UUID
             ),
             {"ids": [row.id for row in counted]},
         )
+    context_words.rekey(
+        session=session, tenant_id=tenant_id, user_id=user_id, turn_ids=near, neighbours=False
+    )
     return sum(int(row.n) for row in counted)
 
 

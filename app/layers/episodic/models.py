@@ -36,6 +36,7 @@ from app.db.base import (
     user_column,
     uuid_id,
 )
+from app.layers.episodic.message_order import arrival
 
 # The trace's partitions (hash of tenant and user): one user's reads touch one of them. The
 # count is fixed by the tenant_keys_and_partitions migration.
@@ -89,7 +90,8 @@ class Turn(Base):
         UniqueConstraint("tenant_id", "user_id", "external_id"),
         tenant_reference("session_id", "episodic.sessions", "CASCADE"),
         Index("ix_turns_tenant_user_occurred", "tenant_id", "user_id", "occurred_at"),
-        Index("ix_turns_session_occurred", "session_id", "occurred_at"),
+        # A session in message order: the walks to a turn's neighbours (message_order.py).
+        Index("ix_turns_session_order", "session_id", "occurred_at", text(arrival("")), "id"),
         # One user's rows matching the words, straight from the index (btree_gin keys the
         # user columns): read through episodic.match_turns(), see the recall migration.
         Index("ix_turns_search_tsv", "tenant_id", "user_id", "search_tsv", postgresql_using="gin"),

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.db.fulltext import FulltextScope, bm25_candidates
 from app.db.nearest import nearest
 from app.db.rows import fetch
+from app.layers.episodic.message_order import MESSAGE_ORDER, SOURCES, owner, walk
 
 PASSAGE_ROWS_PER_TURN = 2
 
@@ -106,30 +107,6 @@ _MATCH = (
 )
 
 
-def _owner(alias: str = "") -> str:
-    """The trace's partition key, named in every read of it (see turn_facts)."""
-    return f"{alias}tenant_id = :tenant AND {alias}user_id = :user"
-
-
-def _arrival(alias: str) -> str:
-    """The stream entry id ("<ms>-<seq>") as text that sorts in arrival order."""
-    entry = f"coalesce({alias}stream_entry_id, '')"
-    return (
-        f"lpad(split_part({entry}, '-', 1), 20, '0') || '-'"
-        f" || lpad(split_part({entry}, '-', 2), 20, '0')"
-    )
-
-
-# Message order within a session: time, then arrival in the stream (one user's events keep
-# their order in one stream partition), so turns a producer stamped with the same time (a
-# whole imported session, or several messages in one second) keep the order they were sent.
-_MESSAGE_ORDER = f"occurred_at, {_arrival('')}, id"
-_SOURCES = (
-    f"SELECT id, session_id, occurred_at, {_arrival('')} AS arrival"  # noqa: S608
-    " FROM episodic.turns"
-    f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))"
-)
-
 _TURN_FIELDS = (
     "id, user_id, session_id, external_id, role, speaker, content, channel, occurred_at,"
     " metadata, flags"
@@ -168,7 +145,7 @@ def _by_id(
     return fetch(
         session,
         f"SELECT {columns} FROM episodic.turns"  # noqa: S608
-        f" WHERE {_owner()} AND id = ANY(CAST(:ids AS uuid[]))",
+        f" WHERE {owner()} AND id = ANY(CAST(:ids AS uuid[]))",
         {"tenant": tenant_id, "user": user_id, "ids": list(ids)},
     )
 
@@ -189,11 +166,11 @@ def neighbours_of(
         return []
     rows = fetch(
         session,
-        f"WITH src AS ({_SOURCES}), near AS ("  # noqa: S608
+        f"WITH src AS ({SOURCES}), near AS ("  # noqa: S608
         " SELECT src.id AS turn_id, b.id AS neighbour, b.n AS distance FROM src"
-        f" CROSS JOIN LATERAL ({_walk('<')}) AS b"
+        f" CROSS JOIN LATERAL ({walk('<')}) AS b"
         " UNION ALL SELECT src.id, a.id, a.n FROM src"
-        f" CROSS JOIN LATERAL ({_walk('>')}) AS a)"
+        f" CROSS JOIN LATERAL ({walk('>')}) AS a)"
         " SELECT turn_id, neighbour, distance FROM near"
         " WHERE neighbour = ANY(CAST(:among AS uuid[]))",
         {
@@ -207,22 +184,6 @@ def neighbours_of(
     return [(row.turn_id, row.neighbour, int(row.distance)) for row in rows]
 
 
-def _walk(side: str) -> str:
-    """Up to :n turns of src's session before ('<') or after ('>') it, nearest first,
-    numbered from 1; in message order (see _MESSAGE_ORDER)."""
-    way = " DESC" if side == "<" else ""
-    order = f"t.occurred_at{way}, {_arrival('t.')}{way}, t.id{way}"
-    return (
-        f"SELECT t.id, row_number() OVER (ORDER BY {order}) AS n"  # noqa: S608
-        " FROM episodic.turns AS t"
-        f" WHERE t.session_id = src.session_id AND {_owner('t.')}"
-        f" AND t.occurred_at {side}= src.occurred_at"  # the index's bound
-        f" AND (t.occurred_at, {_arrival('t.')}, t.id) {side}"
-        " (src.occurred_at, src.arrival, src.id)"
-        f" ORDER BY {order} LIMIT :n"
-    )
-
-
 def turn_window(
     session: Session, tenant_id: str, user_id: str, turn_ids: Sequence[uuid.UUID], around: int
 ) -> list[Any]:
@@ -233,13 +194,13 @@ def turn_window(
     return list(
         session.execute(
             text(
-                f"WITH src AS ({_SOURCES}),"  # noqa: S608
-                f" around AS (SELECT b.id FROM src CROSS JOIN LATERAL ({_walk('<')}) AS b"
-                f"  UNION SELECT a.id FROM src CROSS JOIN LATERAL ({_walk('>')}) AS a"
+                f"WITH src AS ({SOURCES}),"  # noqa: S608
+                f" around AS (SELECT b.id FROM src CROSS JOIN LATERAL ({walk('<')}) AS b"
+                f"  UNION SELECT a.id FROM src CROSS JOIN LATERAL ({walk('>')}) AS a"
                 "  UNION SELECT id FROM src)"
                 f" SELECT {_TURN_FIELDS}, id = ANY(CAST(:ids AS uuid[])) AS is_source"
-                f" FROM episodic.turns WHERE {_owner()} AND id IN (SELECT id FROM around)"
-                f" ORDER BY {_MESSAGE_ORDER}"
+                f" FROM episodic.turns WHERE {owner()} AND id IN (SELECT id FROM around)"
+                f" ORDER BY {MESSAGE_ORDER}"
             ),
             {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": around},
         )
