@@ -201,8 +201,11 @@ class Settings(BaseSettings):
     search_entity_hub_share: float = Field(
         default=0.05, gt=0, le=1, description="entities in more of the memories seed nothing"
     )
+    # Which speaker a question is about is left to this boost: the query is embedded without
+    # the speakers' names (app/text/speaker_names.py). 1.0 on conversations 1-7 of
+    # bench/conversations.py (0.5 and 0.75 ranked them less well, 1.5 and 2 no better).
     search_speaker_boost: float = Field(
-        default=0.5, ge=0, le=4, description="turns of the one speaker a question names: x(1+b)"
+        default=1.0, ge=0, le=4, description="turns of the one speaker a question names: x(1+b)"
     )
     # Evidence clusters: a turn found near one of the best turns in its session ranks higher
     # (app/scoring/proximity.py).

@@ -43,6 +43,7 @@ from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.services.search_models import prior_weights
 from app.streams.events import Channel, Identifier
+from app.text.speaker_names import without_speakers
 from app.text.storable import StorableText
 from app.text.tokens import (
     count_many,
@@ -247,7 +248,8 @@ def assemble_context(
     facts: list[dict[str, Any]] = []
     if entry is not None:
         try:
-            vector: list[float] | None = embedder.embed([request.query])[0]
+            asked = without_speakers(request.query, entry.speakers)
+            vector: list[float] | None = embedder.embed([asked])[0]
         except EmbeddingError as exc:
             warnings.append(f"embedding backend unavailable: {exc}")
             vector = None

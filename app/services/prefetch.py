@@ -24,6 +24,7 @@ from app.embedding.background import QueryVector
 from app.embedding.base import Embedder, EmbeddingError
 from app.keys import RedisKeys
 from app.layers.conceptual.graph import facts_about, render_fact
+from app.layers.episodic import search as turn_search
 from app.layers.meta import access as access_sql
 from app.layers.meta import procedures as procedure_sql
 from app.layers.semantic import search as memory_search
@@ -56,6 +57,9 @@ class PrefetchEntry:
     # Whether the user had a procedure trusted enough to suggest: if not, the hit path skips
     # the procedure lookup (one database round trip) altogether.
     procedures: bool
+    # The user's recent speakers: the hit path embeds the query without their names, as a
+    # search does (app/text/speaker_names.py).
+    speakers: list[str]
 
 
 def _b64(array: np.ndarray) -> str:
@@ -127,6 +131,7 @@ def prefetch(
         trusted = procedure_sql.has_trusted(
             session, user_id, min_confidence=settings.procedure_min_confidence
         )
+        speakers = turn_search.recent_speakers(session, tenant_id, user_id)
     kept = [i for i in current if i in vectors]
     memories = [
         {
@@ -159,6 +164,7 @@ def prefetch(
             for e in edges
         ],
         "procedures": trusted,
+        "speakers": speakers,
     }
     key = RedisKeys.from_settings(settings).prefetch(tenant_id, user_id, channel or "")
     client.set(key, json.dumps(entry), ex=settings.prefetch_ttl_s)
@@ -186,4 +192,5 @@ def cached(
         occurred_at=_array(data["occurred_at"], np.float64),
         facts=data["facts"],
         procedures=bool(data.get("procedures", True)),
+        speakers=[str(name) for name in data.get("speakers", [])],
     )

@@ -20,11 +20,13 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.background import QueryVector
 from app.embedding.base import Embedder
+from app.layers.episodic import search as turn_search
 from app.services.access import record_retrieval
 from app.services.knowledge import KNOWLEDGE_USER
 from app.services.search_memories import rank_memories
 from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
 from app.services.search_turns import rank_turns
+from app.text.speaker_names import without_speakers
 from app.text.time_window import time_window
 
 __all__ = ["AttachedMemory", "SearchHit", "SearchRequest", "SearchResult", "search"]
@@ -45,13 +47,20 @@ def search(
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     warnings: list[str] = []
-    # The local model is a bounded CPU cost, overlapped with the lexical legs; a remote
-    # service is a network wait (up to its timeout), done before a connection is taken.
+    # The query is embedded without the speakers' names (app/text/speaker_names.py). The
+    # local model is a bounded CPU cost, overlapped with the lexical legs; a remote service is
+    # a network wait (up to its timeout), done while no connection is held.
     local = settings.embedding_backend == "local"
-    vector = (QueryVector.start if local else QueryVector.now)(embedder, request.query)
+    if not local:
+        with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
+            speakers = turn_search.recent_speakers(session, tenant_id, request.user_id)
+        vector = QueryVector.now(embedder, without_speakers(request.query, speakers))
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
+        if local:
+            speakers = turn_search.recent_speakers(session, tenant_id, request.user_id)
+            vector = QueryVector.start(embedder, without_speakers(request.query, speakers))
         if unit == "turns":
             hits = rank_turns(session, tenant_id, request, vector, settings, now, window)
         else:

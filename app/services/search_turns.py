@@ -17,7 +17,6 @@ clusters), and the fused score is multiplied by the same bounded prior memories 
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -41,6 +40,7 @@ from app.services.search_models import (
     prior_weights,
     turn_hit,
 )
+from app.text.speaker_names import names_speaker
 from app.text.time_window import TimeWindow
 
 # The best turns whose neighbours are boosted, each two short index walks: 30 ranked the
@@ -259,21 +259,6 @@ def _boost_neighbours(
     )
     for turn, value in nearness.items():
         fused.parts.setdefault(turn, {})["neighbours"] = round(value, 6)
-
-
-def names_speaker(query: str, speaker: str) -> bool:
-    """Whether the query names the speaker as a whole word ("Kate's" names Kate): by the
-    whole display name or, when it has several words, by one of them of 3+ letters ("Fahim"
-    names "Fahim Khan": people ask about each other by first name)."""
-    words = speaker.split()
-    name = " ".join(words)
-    if len(name) < 2:
-        return False
-    forms = [name, *(w for w in words if len(w) >= 3)] if len(words) > 1 else [name]
-    return any(
-        re.search(rf"(?<!\w){re.escape(form)}(?!\w)", query, re.IGNORECASE) is not None
-        for form in forms
-    )
 
 
 def _best(

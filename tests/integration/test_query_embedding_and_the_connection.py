@@ -1,6 +1,7 @@
 """Where a search embeds its query (app/services/search.py): the local model beside the
-lexical legs, a remote embedding service before any database connection is taken, so a slow
-or hanging service (up to its timeout) never holds one."""
+lexical legs, a remote embedding service while no database connection is held (after the
+short read of the user's speakers, whose names the query is embedded without), so a slow or
+hanging service (up to its timeout) never holds one."""
 
 from __future__ import annotations
 
@@ -34,15 +35,37 @@ class _Recording:
 
 
 @pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """When each statement started."""
-    seen: list[float] = []
-    driver_statements(monkeypatch, seen, lambda _: time.monotonic())
+def statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, str]]:
+    """When each statement started, and its text."""
+    seen: list[tuple[float, str]] = []
+    driver_statements(monkeypatch, seen, lambda statement: (time.monotonic(), statement))
     return seen
 
 
-def test_a_remote_service_is_asked_before_any_statement(
-    settings: Settings, redis_client: Any, tenant: str, statements: list[float]
+@pytest.fixture
+def ends(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each transaction on a driver connection ended (commit or rollback)."""
+    import psycopg
+
+    seen: list[float] = []
+    for name in ("commit", "rollback"):
+        original = getattr(psycopg.Connection, name)
+
+        def ending(connection: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            result = _original(connection, *args, **kw)
+            seen.append(time.monotonic())
+            return result
+
+        monkeypatch.setattr(psycopg.Connection, name, ending)
+    return seen
+
+
+def test_a_remote_service_is_asked_while_no_transaction_is_open(
+    settings: Settings,
+    redis_client: Any,
+    tenant: str,
+    statements: list[tuple[float, str]],
+    ends: list[float],
 ) -> None:
     embedder = get_embedder(settings, redis_client)
     said = [MemoryIn(content="Noor keeps bees on her roof.")]
@@ -53,5 +76,10 @@ def test_a_remote_service_is_asked_before_any_statement(
     result = find(tenant, remote, recording, user_id="noor", query="who keeps bees?")
     assert result.hits and not result.warnings
     assert len(recording.calls) == 1 and statements
-    _, embedded = recording.calls[0]
-    assert embedded <= statements[0]  # done before the search's first statement
+    started, embedded = recording.calls[0]
+    before = [(at, statement) for at, statement in statements if at < started]
+    # Before it, the speakers' read alone, in a transaction that ended before the call.
+    assert any("speaker" in statement for _, statement in before)
+    assert not any("episodic.match_turns" in statement for _, statement in before)
+    assert any(before[-1][0] < end < started for end in ends)
+    assert min(at for at, _ in statements if at >= started) >= embedded

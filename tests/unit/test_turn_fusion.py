@@ -96,7 +96,7 @@ def test_any_written_date_gives_a_window_holding_it(day: date) -> None:
 
 
 def test_a_speaker_is_named_only_as_a_whole_word() -> None:
-    from app.services.search_turns import names_speaker
+    from app.text.speaker_names import names_speaker
 
     assert names_speaker("What are Kate's hobbies?", "Kate")
     assert names_speaker("what did kate say", "Kate")
@@ -106,7 +106,7 @@ def test_a_speaker_is_named_only_as_a_whole_word() -> None:
 
 
 def test_a_speaker_of_several_names_is_named_by_one_of_them() -> None:
-    from app.services.search_turns import names_speaker
+    from app.text.speaker_names import names_speaker
 
     assert names_speaker("What car does Fahim drive?", "Fahim Khan")
     assert names_speaker("Where does Mr Khan work?", "Fahim  Khan")

@@ -22,6 +22,7 @@ from app.db.rows import fetch
 from app.layers.episodic.message_order import MESSAGE_ORDER, SOURCES, owner, walk
 
 PASSAGE_ROWS_PER_TURN = 2
+SPEAKER_SAMPLE = 500  # the latest turns of a user whose speakers a question may name
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,20 @@ def lexical_candidates(
             "until": f.until,
         },
     )
+
+
+def recent_speakers(session: Session, tenant_id: str, user_id: str) -> list[str]:
+    """The speakers of the user's latest SPEAKER_SAMPLE turns (the names a question about
+    the conversation may name; app/text/speaker_names.py), read newest first by the
+    (tenant, user, time) index."""
+    rows = fetch(
+        session,
+        "SELECT DISTINCT speaker FROM (SELECT speaker FROM episodic.turns"  # noqa: S608
+        f" WHERE {owner()} ORDER BY occurred_at DESC LIMIT :n) AS t"
+        " WHERE speaker IS NOT NULL",
+        {"tenant": tenant_id, "user": user_id, "n": SPEAKER_SAMPLE},
+    )
+    return sorted(row.speaker for row in rows)
 
 
 def dense_candidates(
