@@ -1,10 +1,12 @@
 """A turn's full-text key holds its session neighbours' words (app/layers/episodic/
 context_words.py), over real Postgres and Redis: set when turns are claimed for extraction,
-reset when a turn arrives between two others or is deleted, never across a session, a user or
-a tenant; a turn's own words outrank borrowed ones."""
+reset when a turn arrives between two others or is deleted (a deletion waits for a claim that
+read the deleted turn), never across a session, a user or a tenant; a turn's own words
+outrank borrowed ones."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +17,7 @@ from sqlalchemy import text
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.factory import get_embedder
-from app.layers.episodic import claims
+from app.layers.episodic import claims, context_words
 from app.layers.episodic import clear as episodic_clear
 from app.layers.episodic.search import TurnFilter, lexical_candidates
 from app.services.attention import score_users
@@ -154,3 +156,40 @@ def test_words_are_never_borrowed_across_sessions_users_or_tenants(
     assert not found["alice-3"][1]
     assert "swim" not in found["alice-2"][1]
     assert "walnut" in keys(tenant, "bob")["bob-1"][1]
+
+
+def test_a_deletion_waits_for_a_claim_that_read_the_deleted_turn(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    arrive(settings, redis_client, embedder, tenant, "alice", LINES)
+    with unit_of_work(tenant) as session:
+        ids = dict(
+            session.execute(
+                text("SELECT external_id, id FROM episodic.turns WHERE user_id = 'alice'")
+            ).all()
+        )
+    deleted = threading.Event()
+    with unit_of_work(tenant) as claiming:
+        # A claim rekeys alice-0 while alice-1 still stands, and has not committed yet.
+        context_words.rekey(
+            session=claiming,
+            tenant_id=tenant,
+            user_id="alice",
+            turn_ids=[ids["alice-0"]],
+            neighbours=False,
+        )
+
+        def delete() -> None:
+            with unit_of_work(tenant) as session:
+                episodic_clear.delete_turns(
+                    session=session, tenant_id=tenant, user_id="alice", turn_ids=[ids["alice-1"]]
+                )
+            deleted.set()
+
+        thread = threading.Thread(target=delete)
+        thread.start()
+        assert not deleted.wait(1.0)  # the deletion waits for the claim's lock on alice-0
+    thread.join(30)
+    assert deleted.is_set()
+    own, borrowed = keys(tenant, "alice")["alice-0"]
+    assert "sugar" not in own | borrowed and "report" in borrowed

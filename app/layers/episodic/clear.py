@@ -92,7 +92,12 @@ def delete_turns(
             {"ids": [row.id for row in counted]},
         )
     context_words.rekey(
-        session=session, tenant_id=tenant_id, user_id=user_id, turn_ids=near, neighbours=False
+        session=session,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        turn_ids=near,
+        neighbours=False,
+        wait=True,
     )
     return sum(int(row.n) for row in counted)
 

@@ -11,8 +11,11 @@ borrowed words below own ones (the turn_context_words migration).
 Kept in step where neighbours change: the claim that takes turns to extraction rekeys them and
 their neighbours (every turn is claimed once scored; a neighbour that arrives later rekeys it
 when its own claim comes), and deleting turns rekeys the turns that were beside them (a
-deleted turn's words leave the index with it). A neighbour that another transaction holds is
-skipped: it is held for its own claim, which rekeys it, or for its deletion.
+deleted turn's words leave the index with it). A claim skips a neighbour another transaction
+holds: it is held for its own claim, which rekeys it, or for its deletion. A deletion waits for
+the turns beside it instead (a claim never waits, so nothing waits in a circle): a claim that
+read the deleted turn before the deletion committed has committed its keys by then, and they
+are written over.
 """
 
 from __future__ import annotations
@@ -34,18 +37,23 @@ def _beside(side: str) -> str:
     return f"SELECT {OWN_WORDS.format(alias='t.')} FROM ({inner}) AS t"  # noqa: S608
 
 
-# Locks the turns it rekeys (skipping those held elsewhere, see the module's docstring) and
-# writes only keys that change.
-_REKEY = (
-    f"k AS (SELECT id, session_id, occurred_at, {arrival('')} AS arrival, search_tsv"  # noqa: S608
-    f" FROM episodic.turns WHERE {owner()} AND id IN (SELECT id FROM ids)"
-    " ORDER BY id FOR UPDATE SKIP LOCKED),"
-    f" keyed AS (SELECT k.id, {OWN_WORDS.format(alias='k.')}"
-    f" || setweight(coalesce(({_beside('<')}), ''), 'C')"
-    f" || setweight(coalesce(({_beside('>')}), ''), 'C') AS v FROM k)"
-    " UPDATE episodic.turns AS t SET search_tsv = keyed.v FROM keyed"
-    f" WHERE {owner('t.')} AND t.id = keyed.id AND t.search_tsv IS DISTINCT FROM keyed.v"
-)
+def _rekey(lock: str) -> str:
+    """Locks the turns it rekeys (`lock`: see the module's docstring) and writes only keys
+    that change."""
+    return (
+        f"k AS (SELECT id, session_id, occurred_at, {arrival('')} AS arrival,"  # noqa: S608
+        f" search_tsv FROM episodic.turns WHERE {owner()} AND id IN (SELECT id FROM ids)"
+        f" ORDER BY id {lock}),"
+        f" keyed AS (SELECT k.id, {OWN_WORDS.format(alias='k.')}"
+        f" || setweight(coalesce(({_beside('<')}), ''), 'C')"
+        f" || setweight(coalesce(({_beside('>')}), ''), 'C') AS v FROM k)"
+        " UPDATE episodic.turns AS t SET search_tsv = keyed.v FROM keyed"
+        f" WHERE {owner('t.')} AND t.id = keyed.id AND t.search_tsv IS DISTINCT FROM keyed.v"
+    )
+
+
+_REKEY_SKIPPING = _rekey("FOR UPDATE SKIP LOCKED")
+_REKEY_WAITING = _rekey("FOR UPDATE")
 _AROUND = (
     f"src AS ({SOURCES}), ids AS (SELECT id FROM src"  # noqa: S608
     f" UNION SELECT b.id FROM src CROSS JOIN LATERAL ({walk('<')}) AS b"
@@ -60,14 +68,16 @@ def rekey(
     user_id: str,
     turn_ids: Sequence[uuid.UUID],
     neighbours: bool,
+    wait: bool = False,
 ) -> None:
     """Set the full-text key of these turns of the user from their current neighbours, and,
-    with `neighbours`, the keys of the turns just before and after each of them too."""
+    with `neighbours`, the keys of the turns just before and after each of them too; turns
+    another transaction holds are waited for with `wait`, else skipped."""
     if not turn_ids:
         return
     ids = _AROUND if neighbours else "ids AS (SELECT unnest(CAST(:ids AS uuid[])) AS id)"
     session.execute(
-        text(f"WITH {ids}, {_REKEY}"),
+        text(f"WITH {ids}, {_REKEY_WAITING if wait else _REKEY_SKIPPING}"),
         {"tenant": tenant_id, "user": user_id, "ids": list(turn_ids), "n": 1},
     )
 
