@@ -1,8 +1,8 @@
 """A turn's full-text key holds its session neighbours' words (app/layers/episodic/
 context_words.py), over real Postgres and Redis: set when turns are claimed for extraction,
-reset when a turn arrives between two others or is deleted (a deletion waits for a claim that
-read the deleted turn), never across a session, a user or a tenant; a turn's own words
-outrank borrowed ones."""
+reset when a turn arrives between two others (also one that merges two sessions) or is
+deleted (a deletion waits for a claim that read the deleted turn), never across a session, a
+user or a tenant; a turn's own words outrank borrowed ones."""
 
 from __future__ import annotations
 
@@ -137,6 +137,31 @@ def test_a_deleted_turns_words_leave_its_neighbours(
         own, borrowed = found[external_id]
         assert "sugar" not in own | borrowed
     assert "report" in found["alice-0"][1] and "citron" in found["alice-2"][1]
+
+
+def test_a_turn_that_bridges_two_sessions_joins_their_edges(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    gap = timedelta(seconds=settings.session_idle_timeout_s)
+    apart = {
+        0: (T0, "Got some lemon citron tea I can make"),
+        2: (T0 + gap * 1.6, "The harbour lights at dusk"),
+    }
+    arrive(settings, redis_client, embedder, tenant, "alice", apart)
+    found = keys(tenant, "alice")
+    assert not found["alice-0"][1] and not found["alice-2"][1]  # two sessions
+    # A late turn within the idle time of both merges the sessions; its claim rekeys both edges.
+    bridge = {1: (T0 + gap * 0.8, "I like it with lots of sugar")}
+    arrive(settings, redis_client, embedder, tenant, "alice", bridge)
+    with unit_of_work(tenant) as session:
+        sessions = session.execute(
+            text("SELECT count(DISTINCT session_id) FROM episodic.turns WHERE user_id = 'alice'")
+        ).scalar_one()
+    assert sessions == 1
+    found = keys(tenant, "alice")
+    assert "sugar" in found["alice-0"][1] and "harbour" not in found["alice-0"][1]
+    assert "sugar" in found["alice-2"][1] and "citron" not in found["alice-2"][1]
+    assert {"citron", "harbour"} <= found["alice-1"][1]
 
 
 def test_words_are_never_borrowed_across_sessions_users_or_tenants(

@@ -10,7 +10,8 @@ borrowed words below own ones (the turn_context_words migration).
 
 Kept in step where neighbours change: the claim that takes turns to extraction rekeys them and
 their neighbours (every turn is claimed once scored; a neighbour that arrives later rekeys it
-when its own claim comes), and deleting turns rekeys the turns that were beside them (a
+when its own claim comes; two sessions merge only when a new turn falls between them, and
+its claim rekeys both edges), and deleting turns rekeys the turns that were beside them (a
 deleted turn's words leave the index with it). A claim skips a neighbour another transaction
 holds: it is held for its own claim, which rekeys it, or for its deletion. A deletion waits for
 the turns beside it instead (a claim never waits, so nothing waits in a circle): a claim that
