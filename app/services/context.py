@@ -39,6 +39,15 @@ from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.scoring.retrieval import memory_prior, recency
 from app.services import procedures
 from app.services.access import record_retrieval
+from app.services.context_block import (
+    Packer,
+    item_line,
+    normalised,
+    quoted,
+    shortened,
+    summary_text,
+    turn_line,
+)
 from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.services.search_models import prior_weights
@@ -49,10 +58,8 @@ from app.text.tokens import (
     count_many,
     count_tokens,
     fit_to_tokens,
-    truncate_to_tokens,
-    words_within,
 )
-from app.text.untrusted import fence, suspected
+from app.text.untrusted import suspected
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
@@ -65,13 +72,6 @@ MEMORY_CANDIDATES = 80
 # (bench/conversations.py measures the evidence a 2,000-token block holds).
 ITEM_SHARE = 0.03
 MIN_ITEM_TOKENS = 32
-HEADERS = {
-    "summary": "## Earlier in this conversation",
-    "turns": "## Conversation",
-    "memories": "## Relevant memories",
-    "facts": "## Related facts",
-    "procedure": "## Suggested procedure",
-}
 
 
 class ContextRequest(BaseModel):
@@ -112,81 +112,6 @@ class _Memo:
         if missing:
             self._vectors.update(zip(missing, self.inner.embed(missing), strict=True))
         return [self._vectors[t] for t in texts]
-
-
-@dataclass
-class _Packer:
-    budget: int
-    used: int = 0
-    sections: dict[str, list[str]] = field(default_factory=dict)
-
-    def add(self, section: str, line: str, counted: int | None = None) -> bool:
-        """`counted`: the tokens of "\n" + line when the caller counted them (in a batch)."""
-        cost = self._cost(section, count_tokens("\n" + line) if counted is None else counted)
-        if self.used + cost > self.budget:
-            return False
-        self.sections.setdefault(section, []).append(line)
-        self.used += cost
-        return True
-
-    def fits(self, section: str, counted: int) -> bool:
-        """Whether a line of `counted` tokens (with its separator) would still fit."""
-        return self.used + self._cost(section, counted) <= self.budget
-
-    def _cost(self, section: str, counted: int) -> int:
-        # Each piece is counted with the separator before it: free for the shipped WordPiece,
-        # a token (or part of one) for the BPE tokenizers operators may configure.
-        header = 0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
-        return counted + header
-
-    def text(self) -> str:
-        blocks = [
-            "\n".join([HEADERS[name], *self.sections[name]])
-            for name in HEADERS
-            if self.sections.get(name)
-        ]
-        return "\n\n".join(blocks)
-
-
-def _turn_line(turn: WorkingTurn) -> str:
-    who = " ".join((turn.speaker or turn.role).split())
-    return f"[{turn.at:%Y-%m-%d %H:%M}] {who}: {' '.join(turn.content.split())}"
-
-
-def _quoted(line: str, flagged: bool) -> str:
-    """The line as the block shows it: fenced as untrusted user content when flagged."""
-    return fence(line) if flagged else line
-
-
-def _summary_text(summary: str) -> str:
-    """The rolling summary (one line per older turn), its suspect lines fenced."""
-    return "\n".join(_quoted(line, suspected(line)) for line in summary.splitlines())
-
-
-def _memory_line(content: str, occurred_at: datetime, kind: str) -> str:
-    return f"- [{occurred_at:%Y-%m-%d}] {' '.join(content.split())} ({kind})"
-
-
-def _item_line(item: dict[str, Any]) -> str:
-    """A ranked turn as said (date, speaker, words); a memory with its kind."""
-    if item["layer"] == "turn":
-        who = " ".join((item.get("speaker") or item.get("role") or "someone").split())
-        return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
-    return _memory_line(item["content"], item["occurred_at"], item["kind"])
-
-
-def _shortened(line: str, limit: int) -> str:
-    """The head of a line longer than `limit` tokens, cut at a word boundary within `limit`
-    tokens and marked "…"."""
-    head = words_within(line, limit - 1)
-    if head is None:  # a tokenizer that does not count word by word, or one giant word
-        head = truncate_to_tokens(line, limit - 1)
-        head = head.rsplit(" ", 1)[0] if " " in head else head
-    return f"{head} …"
-
-
-def _normalised(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 def _from_prefetch(
@@ -303,7 +228,7 @@ def assemble_context(
     except EmbeddingError as exc:
         warnings.append(f"no procedural suggestion: {exc}")
 
-    packer = _Packer(budget)
+    packer = Packer(budget)
     parts: dict[str, Any] = {
         "turns": [],
         "summary": None,
@@ -313,11 +238,11 @@ def assemble_context(
     }
     # 1. Live conversation: newest first into at most CONVERSATION_SHARE of the budget.
     turns = working.turns if working is not None else []
-    share = _Packer(int(budget * CONVERSATION_SHARE))
+    share = Packer(int(budget * CONVERSATION_SHARE))
     kept: list[tuple[WorkingTurn, bool, str]] = []
     for turn in reversed(turns):
-        flagged = suspected(_turn_line(turn))
-        shown = _quoted(_turn_line(turn), flagged)
+        flagged = suspected(turn_line(turn))
+        shown = quoted(turn_line(turn), flagged)
         if not share.add("turns", shown):
             break
         kept.append((turn, flagged, shown))
@@ -335,35 +260,35 @@ def assemble_context(
         }
         for t, flagged, _ in kept
     ]
-    in_block = {_normalised(t.content) for t, *_ in kept} | {t.id for t, *_ in kept}
+    in_block = {normalised(t.content) for t, *_ in kept} | {t.id for t, *_ in kept}
     # A short summary of older turns goes in before the memories, which would fill the rest.
     summary = working.summary if working is not None else None
-    summary_text = _summary_text(summary) if summary else ""
+    summary_block = summary_text(summary) if summary else ""
     if (
         summary
-        and count_tokens(summary_text) <= budget * SUMMARY_SHARE
-        and packer.add("summary", summary_text)
+        and count_tokens(summary_block) <= budget * SUMMARY_SHARE
+        and packer.add("summary", summary_block)
     ):
         parts["summary"] = summary
     # 2. Memories: every candidate's line counted in one batch, not per item; a line is
     # scanned for instructions only once it would fit (fenced, it is longer still).
     chosen: list[dict[str, Any]] = []
     limit = max(MIN_ITEM_TOKENS, int(budget * ITEM_SHARE))
-    whole = ["\n" + _item_line(item) for item in candidates]
+    whole = ["\n" + item_line(item) for item in candidates]
     for item, counted_line, counted in zip(candidates, whole, count_many(whole), strict=True):
         sources = set(item.get("event_ids") or [])
-        if _normalised(item["content"]) in in_block or (sources and sources <= in_block):
+        if normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
         line = counted_line[1:]
         if counted > limit:
-            line = _shortened(line, limit)
+            line = shortened(line, limit)
             counted = count_tokens("\n" + line)
         if not packer.fits("memories", counted):
             continue
         flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
-        if packer.add("memories", _quoted(line, flagged), None if flagged else counted):
+        if packer.add("memories", quoted(line, flagged), None if flagged else counted):
             chosen.append({**item, "suspected_instruction": flagged})
-            in_block.add(_normalised(item["content"]))
+            in_block.add(normalised(item["content"]))
     parts["memories"] = chosen
     # The memories the block relies on: memory items, and those attached to turn items.
     recalled: dict[Any, float] = {}
@@ -378,7 +303,7 @@ def assemble_context(
         )
         line = f"{steps} (confidence {suggestion.confidence:.2f}, for “{suggestion.query_pattern}”)"
         flagged = suspected(line)
-        if packer.add("procedure", _quoted(" ".join(line.split()), flagged)):
+        if packer.add("procedure", quoted(" ".join(line.split()), flagged)):
             parts["procedure"] = {
                 "id": suggestion.procedure_id,
                 "tool_sequence": suggestion.tool_sequence,
@@ -387,7 +312,7 @@ def assemble_context(
                 "suspected_instruction": flagged,
             }
     # 4. Summary of older turns.
-    if summary and parts["summary"] is None and packer.add("summary", summary_text):
+    if summary and parts["summary"] is None and packer.add("summary", summary_block):
         parts["summary"] = summary
     # 5. Graph facts about the chosen memories.
     if entry is None:
@@ -407,7 +332,7 @@ def assemble_context(
         if not packer.fits("facts", counted):
             continue  # too long even unfenced: not scanned
         flagged = suspected(fact["line"])
-        if packer.add("facts", _quoted(line, flagged), None if flagged else counted):
+        if packer.add("facts", quoted(line, flagged), None if flagged else counted):
             parts["facts"].append({**fact, "suspected_instruction": flagged})
             seen_facts.add(fact["line"])
 

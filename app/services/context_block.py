@@ -1,0 +1,99 @@
+"""The context block's lines and how they are packed into a token budget.
+
+Every line is laid out here (a live turn with its time, a ranked turn with its date and
+speaker, a memory with its kind), and the packer keeps the block's sections in their fixed
+order whatever order they were packed in (app/services/context.py decides what goes in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.layers.working.store import WorkingTurn
+from app.text.tokens import count_tokens, truncate_to_tokens, words_within
+from app.text.untrusted import fence, suspected
+
+HEADERS = {
+    "summary": "## Earlier in this conversation",
+    "turns": "## Conversation",
+    "memories": "## Relevant memories",
+    "facts": "## Related facts",
+    "procedure": "## Suggested procedure",
+}
+
+
+@dataclass
+class Packer:
+    budget: int
+    used: int = 0
+    sections: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, section: str, line: str, counted: int | None = None) -> bool:
+        """`counted`: the tokens of "\n" + line when the caller counted them (in a batch)."""
+        cost = self._cost(section, count_tokens("\n" + line) if counted is None else counted)
+        if self.used + cost > self.budget:
+            return False
+        self.sections.setdefault(section, []).append(line)
+        self.used += cost
+        return True
+
+    def fits(self, section: str, counted: int) -> bool:
+        """Whether a line of `counted` tokens (with its separator) would still fit."""
+        return self.used + self._cost(section, counted) <= self.budget
+
+    def _cost(self, section: str, counted: int) -> int:
+        # Each piece is counted with the separator before it: free for the shipped WordPiece,
+        # a token (or part of one) for the BPE tokenizers operators may configure.
+        header = 0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
+        return counted + header
+
+    def text(self) -> str:
+        blocks = [
+            "\n".join([HEADERS[name], *self.sections[name]])
+            for name in HEADERS
+            if self.sections.get(name)
+        ]
+        return "\n\n".join(blocks)
+
+
+def turn_line(turn: WorkingTurn) -> str:
+    who = " ".join((turn.speaker or turn.role).split())
+    return f"[{turn.at:%Y-%m-%d %H:%M}] {who}: {' '.join(turn.content.split())}"
+
+
+def quoted(line: str, flagged: bool) -> str:
+    """The line as the block shows it: fenced as untrusted user content when flagged."""
+    return fence(line) if flagged else line
+
+
+def summary_text(summary: str) -> str:
+    """The rolling summary (one line per older turn), its suspect lines fenced."""
+    return "\n".join(quoted(line, suspected(line)) for line in summary.splitlines())
+
+
+def memory_line(content: str, occurred_at: datetime, kind: str) -> str:
+    return f"- [{occurred_at:%Y-%m-%d}] {' '.join(content.split())} ({kind})"
+
+
+def item_line(item: dict[str, Any]) -> str:
+    """A ranked turn as said (date, speaker, words); a memory with its kind."""
+    if item["layer"] == "turn":
+        who = " ".join((item.get("speaker") or item.get("role") or "someone").split())
+        return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
+    return memory_line(item["content"], item["occurred_at"], item["kind"])
+
+
+def shortened(line: str, limit: int) -> str:
+    """The head of a line longer than `limit` tokens, cut at a word boundary within `limit`
+    tokens and marked "…"."""
+    head = words_within(line, limit - 1)
+    if head is None:  # a tokenizer that does not count word by word, or one giant word
+        head = truncate_to_tokens(line, limit - 1)
+        head = head.rsplit(" ", 1)[0] if " " in head else head
+    return f"{head} …"
+
+
+def normalised(text: str) -> str:
+    return " ".join(text.lower().split())
