@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from app.embedding.base import Embedder
+from app.text.passages import mean_direction
+
 GEM_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event")
 
 
@@ -46,6 +49,9 @@ class Gem:
     # said, from the offline extractor, or from the LLM when the cited turns contain it
     # verbatim.
     embed_text: str = ""
+    # A joined run of sentences: their texts as embedded, when its vector is their mean
+    # direction (gem_vectors) instead of a model call on embed_text.
+    embed_parts: list[str] = field(default_factory=list)
 
 
 class Extractor(Protocol):
@@ -66,6 +72,21 @@ def embedding_text(gem: Gem) -> str:
     compares like with like. Gems sharing a sentence share a vector: store_gems never takes
     them for near-duplicates of each other."""
     return gem.embed_text or gem.content
+
+
+def gem_vectors(embedder: Embedder, parts: Sequence[Sequence[str]]) -> list[list[float]]:
+    """One vector per gem from its texts (`parts`, each gem's embed_parts or its one
+    embedding_text), in one embedding call. A joined passage's sentences are its turn's
+    passage keys, embedded (and cached) when the turn was scored, so its vector costs no model
+    call. Embedded whole, such runs were 23 % of bench/conversations.py's gems, each a model
+    call on a long text, and a quarter of the worker's CPU while it drained the import."""
+    flat = embedder.embed([text for texts in parts for text in texts])
+    vectors: list[list[float]] = []
+    at = 0
+    for texts in parts:
+        vectors.append(mean_direction(flat[at : at + len(texts)]))
+        at += len(texts)
+    return vectors
 
 
 def gem_to_dict(gem: Gem) -> dict[str, object]:

@@ -64,6 +64,7 @@ class _Draft:
     summary: str = ""
     extra_topics: list[str] = field(default_factory=list)
     embed_text: str = ""  # the sentence as said, for a gem that is one sentence of a turn
+    embed_parts: list[str] = field(default_factory=list)  # the sentences of a joined passage
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,7 @@ class OfflineExtractor:
             value=value,
             metadata=metadata,
             embed_text=key_text(draft.embed_text, draft.turn.speaker) if draft.embed_text else "",
+            embed_parts=[key_text(part, draft.turn.speaker) for part in draft.embed_parts],
         )
 
 
@@ -283,9 +285,10 @@ def passages(drafts: list[_Draft], max_chars: int = PASSAGE_CHARS) -> list[_Draf
     turn used to give one memory per such sentence (most memories were facts, a paragraph
     became five), each a fragment of one thought and each its own search hit for the same
     turn. Joined, they are one memory per topic-sized run: the same words stay searchable,
-    the vector (one model window) reads them together. Typed gems (preference, decision,
-    todo, goal, event, code) and answers merged with their question stay separate: they
-    carry their own kind and subject/value keys."""
+    and its vector is the mean direction of its sentences' (base.gem_vectors), each already
+    embedded as one of the turn's passages. Typed gems (preference, decision, todo, goal,
+    event, code) and answers merged with their question stay separate: they carry their own
+    kind and subject/value keys."""
     out: list[_Draft] = []
     open_passage: _Draft | None = None
     for draft in drafts:
@@ -299,6 +302,8 @@ def passages(drafts: list[_Draft], max_chars: int = PASSAGE_CHARS) -> list[_Draf
             continue
         open_passage.content += " " + draft.content
         open_passage.original += " " + draft.original
+        open_passage.embed_parts = [*(open_passage.embed_parts or [open_passage.embed_text])]
+        open_passage.embed_parts.append(draft.embed_text)
         open_passage.embed_text += " " + draft.embed_text
         open_passage.dates += [d for d in draft.dates if d not in open_passage.dates]
     return out

@@ -214,10 +214,13 @@ def _extracted(
 # -- embed ---------------------------------------------------------------------------------
 
 
-def gem_texts(batch: Any) -> list[str]:
-    """What each gem of a batch is embedded from (base.embedding_text, read off the stored
-    dicts)."""
-    return [str(g.get("embed_text") or g["content"]) for g in batch.gems or []]
+def gem_texts(batch: Any) -> list[list[str]]:
+    """What each gem of a batch is embedded from (its embed_parts, or base.embedding_text:
+    base.gem_vectors), read off the stored dicts."""
+    return [
+        [str(p) for p in g.get("embed_parts") or []] or [str(g.get("embed_text") or g["content"])]
+        for g in batch.gems or []
+    ]
 
 
 def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
@@ -230,7 +233,8 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         extracted = [r for r in rows if r.state == "extracted"]
         tally.skipped += len(ids) - len(extracted)
         ready.append((tenant_id, extracted))
-    texts = [t for _, rows in ready for r in rows for t in gem_texts(r)]
+    gems = [parts for _, rows in ready for r in rows for parts in gem_texts(r)]
+    texts = [t for parts in gems for t in parts]
     if texts:
         embedder.embed(texts)
     for tenant_id, rows in ready:
@@ -243,4 +247,4 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
                     only_from=("extracted",),
                 )
         tally.done += len(rows)
-    return StepReport(done=tally.done, skipped=tally.skipped, gems=len(texts))
+    return StepReport(done=tally.done, skipped=tally.skipped, gems=len(gems))

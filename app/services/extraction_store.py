@@ -16,7 +16,7 @@ from typing import Any
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
-from app.extraction.base import Gem, gem_from_dict
+from app.extraction.base import Gem, gem_from_dict, gem_vectors
 from app.layers.conceptual.service import record_entities_of
 from app.layers.episodic import claims
 from app.layers.episodic import repository as episodic
@@ -67,7 +67,7 @@ def _vectors_ahead(
 ) -> dict[uuid.UUID, list[list[float]]]:
     """Each batch's gem vectors, in one embedding call; a batch whose gems cannot be read
     fails alone, and all of them when the call fails."""
-    texts: dict[uuid.UUID, list[str]] = {}
+    texts: dict[uuid.UUID, list[list[str]]] = {}
     for batch in ahead:
         try:
             texts[batch.id] = gem_texts(batch)
@@ -75,7 +75,7 @@ def _vectors_ahead(
             tally.failed += 1
             fail(settings, tenant_id, batch.id, exc)
     try:
-        flat = embedder.embed([t for found in texts.values() for t in found]) if texts else []
+        flat = gem_vectors(embedder, [p for found in texts.values() for p in found])
     except Exception as exc:
         for batch_id in texts:
             tally.failed += 1

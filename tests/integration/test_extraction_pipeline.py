@@ -244,6 +244,32 @@ def test_a_one_sentence_turn_costs_one_model_call_for_novelty_and_memory(
     assert sum(a * b for a, b in zip(vector, expected, strict=True)) > 0.9999
 
 
+def test_a_joined_run_of_sentences_costs_no_model_call_beyond_the_turns_passages(
+    settings: Settings, pipeline, tenant: str
+) -> None:
+    sentences = [
+        f"The {tenant} office moved to a brick building near the harbour.",
+        "The new kitchen there has a huge espresso machine.",
+        "Parking behind the building costs twelve euros a day.",
+    ]
+    pipeline.cached.reset_stats()
+    pipeline.ingest([say(tenant, "gus", 0, " ".join(sentences))])
+    assert pipeline.cached.misses == 3  # novelty embedded the turn's passages, one a sentence
+    pipeline.run(extraction.claim(settings, tenant, {"gus": "idle"}))
+    assert pipeline.cached.misses == 3  # the joined memory's vector is made of those
+
+    with unit_of_work(tenant) as session:
+        content, stored = session.execute(
+            text("SELECT content, embedding::text FROM semantic.memories")
+        ).one()
+    assert "espresso" in content and "Parking" in content  # one memory for the run
+    vector = [float(x) for x in stored.strip("[]").split(",")]
+    parts = pipeline.cached.embed([f"Gus: {s}" for s in sentences])
+    mean = [sum(values) for values in zip(*parts, strict=True)]
+    norm = sum(x * x for x in mean) ** 0.5
+    assert sum(a * b / norm for a, b in zip(vector, mean, strict=True)) > 0.9999
+
+
 def test_batches_of_one_user_stored_together_neither_deadlock_nor_duplicate(
     settings: Settings, pipeline, tenant: str
 ) -> None:

@@ -21,7 +21,7 @@ from app.extraction.base import (
 from app.extraction.offline import OfflineExtractor
 from app.extraction.persons import resolve_persons, third_person
 from app.extraction.sentences import split_segments, split_sentences
-from app.text.passages import key_text
+from app.text.passages import key_text, passages
 
 MONDAY = datetime(2026, 3, 9, 9, 0, tzinfo=UTC)
 
@@ -113,6 +113,18 @@ def test_sample_conversation_gives_standalone_gems_with_exact_sources() -> None:
         assert gem.occurred_at == next(
             t.at for t in sample_turns("alice") if t.id == gem.source_turn_ids[0]
         )
+
+
+def test_a_joined_run_of_sentences_is_embedded_from_the_turns_passage_keys() -> None:
+    said = (
+        "The office moved to a brick building near the harbour. The new kitchen there has a"
+        " huge espresso machine. Parking behind it costs twelve euros a day."
+    )
+    gem = only(extract(turn("t1", said)))
+    assert gem.embed_parts == passages(said, "Alice")
+    assert len(gem.embed_parts) == 3 and embedding_text(gem) == key_text(said, "Alice")
+    # One sentence is its own key: no parts.
+    assert only(extract(turn("t2", "Bruno is vegetarian."))).embed_parts == []
 
 
 def test_sample_conversation_of_bob() -> None:
