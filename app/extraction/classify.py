@@ -94,6 +94,8 @@ _S_VERB = word_set(
 _INVITES_A_NAME = re.compile(r"\b(?:any|anything|anywhere|anyone|favou?rite|or)\b", _I)
 _WH = ("what", "who", "where", "when", "why", "how", "which")
 _ANSWER_FILLERS = word_set("oh ah um umm uh hmm well so haha lol ahh ohh and but hey wow")
+# Leads of an exclamation that reacts to what was said ("What a view!", "How lovely!").
+_REACTIONS = word_set("what how congrats congratulations aww aw omg yay")
 _YES_NO = word_set(
     "yes yeah yep yup ya yah yas yea sure absolutely definitely certainly correct right exactly "
     "indeed totally course no nope nah never not naw"
@@ -181,10 +183,12 @@ def answers(question: str, answer: str) -> bool:
     A yes/no question is answered by a reply opening with yes or no ("Yeah, twice."); any
     question by a reply sharing a content word with it ("How many people?" "Twelve
     people."); an open question (who/what/where …, "any pets?", "tea or coffee?") by any
-    reply that is not small talk. Small talk ("Thanks, Melanie!") never answers: it is what
-    glued unrelated turns into one memory."""
+    reply that is not small talk. Small talk ("Thanks, Melanie!") and exclamations that react
+    ("What a nice name!") never answer: they are what glued unrelated turns into one memory."""
     opening = [w.lower().replace("\u2019", "'") for w in _WORD.findall(answer)[:3]]
     lead = next((w for w in opening if w not in _ANSWER_FILLERS), "")
+    if answer.rstrip().endswith("!") and lead in _REACTIONS:
+        return False  # "What a nice name!", "Congrats on the new job!": said to, not asked
     asks_wh = _asks_wh(question)
     if not asks_wh and lead in _YES_NO:
         return True

@@ -128,6 +128,11 @@ def test_a_stored_question_with_small_talk_for_an_answer_says_nothing() -> None:
         ("Any pets?", "Two cats.", True),
         ("Tea or coffee?", "Coffee, always.", True),
         ("Where is Bob from?", "Porto.", True),
+        ("Where is Kevin from?", "Wow what a nice name!", False),
+        ("What's your name?", "What a lovely name!", False),
+        ("How often should Emi use it?", "Wow, congrats on the hair transformation!", False),
+        ("Which concert are you going to?", "The Weeknd!", True),
+        ("What styles is Elise into?", "Abstract expressionism!", True),
     ],
 )
 def test_an_answer_must_answer(question: str, answer: str, expected: bool) -> None:
