@@ -70,6 +70,15 @@ def keys(tenant: str, user: str) -> dict[str, tuple[set[str], set[str]]]:
     return found
 
 
+def assert_sugar_stands_between(tenant: str) -> None:
+    """alice-1 ("sugar") is the only neighbour of alice-0 ("citron") and of alice-2
+    ("harbour"), which are no longer each other's."""
+    found = keys(tenant, "alice")
+    assert "sugar" in found["alice-0"][1] and "harbour" not in found["alice-0"][1]
+    assert "sugar" in found["alice-2"][1] and "citron" not in found["alice-2"][1]
+    assert {"citron", "harbour"} <= found["alice-1"][1]
+
+
 LINES = {
     0: (T0, "Got some lemon citron tea I can make"),
     1: (T0 + timedelta(minutes=1), "I like it with lots of sugar"),
@@ -114,10 +123,7 @@ def test_a_turn_arriving_between_two_becomes_their_neighbour(
     assert "harbour" in keys(tenant, "alice")["alice-0"][1]
     late = {1: (T0 + timedelta(minutes=1), "I like it with lots of sugar")}
     arrive(settings, redis_client, embedder, tenant, "alice", late)
-    found = keys(tenant, "alice")
-    assert "sugar" in found["alice-0"][1] and "harbour" not in found["alice-0"][1]
-    assert "sugar" in found["alice-2"][1] and "citron" not in found["alice-2"][1]
-    assert {"citron", "harbour"} <= found["alice-1"][1]
+    assert_sugar_stands_between(tenant)
 
 
 def test_a_deleted_turns_words_leave_its_neighbours(
@@ -158,10 +164,7 @@ def test_a_turn_that_bridges_two_sessions_joins_their_edges(
             text("SELECT count(DISTINCT session_id) FROM episodic.turns WHERE user_id = 'alice'")
         ).scalar_one()
     assert sessions == 1
-    found = keys(tenant, "alice")
-    assert "sugar" in found["alice-0"][1] and "harbour" not in found["alice-0"][1]
-    assert "sugar" in found["alice-2"][1] and "citron" not in found["alice-2"][1]
-    assert {"citron", "harbour"} <= found["alice-1"][1]
+    assert_sugar_stands_between(tenant)
 
 
 def test_words_are_never_borrowed_across_sessions_users_or_tenants(

@@ -72,6 +72,15 @@ def _keys(scratch: Scratch) -> dict[str, str]:
     return dict(rows)
 
 
+def _turn_indexes(scratch: Scratch) -> set[str]:
+    with scratch.owner.connect() as conn:
+        return set(
+            conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'turns'")
+            ).scalars()
+        )
+
+
 def test_existing_turns_borrow_their_neighbours_words_in_message_order(scratch: Scratch) -> None:
     before = _keys(scratch)
     upgrade(scratch.url, REVISION)
@@ -93,12 +102,7 @@ def test_existing_turns_borrow_their_neighbours_words_in_message_order(scratch: 
             )
         ).scalars()
         assert next(iter(ranked)) == "a1"
-    with scratch.owner.connect() as conn:
-        names = set(
-            conn.execute(
-                text("SELECT indexname FROM pg_indexes WHERE tablename = 'turns'")
-            ).scalars()
-        )
+    names = _turn_indexes(scratch)
     assert "ix_turns_session_order" in names and "ix_turns_session_occurred" not in names
 
 
@@ -107,10 +111,5 @@ def test_the_downgrade_gives_the_old_keys_back(scratch: Scratch) -> None:
     upgrade(scratch.url, REVISION)
     downgrade(scratch.url, BEFORE)
     assert _keys(scratch) == before
-    with scratch.owner.connect() as conn:
-        names = set(
-            conn.execute(
-                text("SELECT indexname FROM pg_indexes WHERE tablename = 'turns'")
-            ).scalars()
-        )
+    names = _turn_indexes(scratch)
     assert "ix_turns_session_occurred" in names and "ix_turns_session_order" not in names
