@@ -94,6 +94,8 @@ _S_VERB = word_set(
 _INVITES_A_NAME = re.compile(r"\b(?:any|anything|anywhere|anyone|favou?rite|or)\b", _I)
 _WH = ("what", "who", "where", "when", "why", "how", "which")
 _ANSWER_FILLERS = word_set("oh ah um umm uh hmm well so haha lol ahh ohh and but hey wow")
+# Words a greeting shares with the question it follows; they make no answer of it.
+_GREETING_STEMS = frozenset(stem(w) for w in ("morning", "afternoon", "evening", "night"))
 # Leads of an exclamation that reacts to what was said ("What a view!", "How lovely!").
 _REACTIONS = word_set("what how congrats congratulations aww aw omg yay")
 _YES_NO = word_set(
@@ -192,11 +194,12 @@ def answers(question: str, answer: str) -> bool:
     asks_wh = _asks_wh(question)
     if not asks_wh and lead in _YES_NO:
         return True
-    asked = {stem(w) for w in content_words(question)}
-    if asked & {stem(w) for w in content_words(answer)}:
+    shared = {stem(w) for w in content_words(question)} & {stem(w) for w in content_words(answer)}
+    small_talk = is_small_talk_sentence(answer)
+    if shared - (_GREETING_STEMS if small_talk else frozenset()):
         return True  # before the small-talk test: "Tea or coffee?" "Coffee, always."
-    if is_small_talk_sentence(answer):
-        return False
+    if small_talk:
+        return False  # "Hi, good morning!" after "Morning, what are your plans?"
     return asks_wh or bool(_INVITES_A_NAME.search(question))
 
 

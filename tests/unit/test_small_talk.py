@@ -133,6 +133,8 @@ def test_a_stored_question_with_small_talk_for_an_answer_says_nothing() -> None:
         ("How often should Emi use it?", "Wow, congrats on the hair transformation!", False),
         ("Which concert are you going to?", "The Weeknd!", True),
         ("What styles is Elise into?", "Abstract expressionism!", True),
+        ("Morning, what are your plans for today?", "Hi good morning!", False),
+        ("Any plans for the evening?", "A quiet evening in.", True),
     ],
 )
 def test_an_answer_must_answer(question: str, answer: str, expected: bool) -> None:
