@@ -302,7 +302,8 @@ def passages(drafts: list[_Draft], max_chars: int = PASSAGE_CHARS) -> list[_Draf
             continue
         open_passage.content += " " + draft.content
         open_passage.original += " " + draft.original
-        open_passage.embed_parts = [*(open_passage.embed_parts or [open_passage.embed_text])]
+        if not open_passage.embed_parts:
+            open_passage.embed_parts = [open_passage.embed_text]
         open_passage.embed_parts.append(draft.embed_text)
         open_passage.embed_text += " " + draft.embed_text
         open_passage.dates += [d for d in draft.dates if d not in open_passage.dates]
