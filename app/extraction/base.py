@@ -74,9 +74,15 @@ def embedding_text(gem: Gem) -> str:
     return gem.embed_text or gem.content
 
 
+def embedding_parts(gem: Gem) -> list[str]:
+    """The texts whose mean direction is the gem's vector: its joined sentences, or its one
+    embedding_text."""
+    return gem.embed_parts or [embedding_text(gem)]
+
+
 def gem_vectors(embedder: Embedder, parts: Sequence[Sequence[str]]) -> list[list[float]]:
-    """One vector per gem from its texts (`parts`, each gem's embed_parts or its one
-    embedding_text), in one embedding call. A joined passage's sentences are its turn's
+    """One vector per gem from its texts (`parts`, each gem's embedding_parts), in one
+    embedding call. A joined passage's sentences are its turn's
     passage keys, embedded (and cached) when the turn was scored, so its vector costs no model
     call. Embedded whole, such runs were 23 % of bench/conversations.py's gems, each a model
     call on a long text, and a quarter of the worker's CPU while it drained the import."""

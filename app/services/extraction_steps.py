@@ -20,7 +20,14 @@ from typing import Any
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder
-from app.extraction.base import Extractor, Gem, SourceTurn, gem_to_dict
+from app.extraction.base import (
+    Extractor,
+    Gem,
+    SourceTurn,
+    embedding_parts,
+    gem_from_dict,
+    gem_to_dict,
+)
 from app.layers.episodic import claims
 from app.layers.semantic import batches as semantic
 
@@ -215,12 +222,8 @@ def _extracted(
 
 
 def gem_texts(batch: Any) -> list[list[str]]:
-    """What each gem of a batch is embedded from (its embed_parts, or base.embedding_text:
-    base.gem_vectors), read off the stored dicts."""
-    return [
-        [str(p) for p in g.get("embed_parts") or []] or [str(g.get("embed_text") or g["content"])]
-        for g in batch.gems or []
-    ]
+    """What each gem of a batch is embedded from (base.embedding_parts; base.gem_vectors)."""
+    return [embedding_parts(gem_from_dict(g)) for g in batch.gems or []]
 
 
 def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> StepReport:
