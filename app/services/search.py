@@ -20,13 +20,12 @@ from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.background import QueryVector
 from app.embedding.base import Embedder
-from app.layers.episodic import search as turn_search
+from app.layers.episodic.names import names_in
 from app.services.access import record_retrieval
 from app.services.knowledge import KNOWLEDGE_USER
 from app.services.search_memories import rank_memories
 from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
 from app.services.search_turns import rank_turns
-from app.text.speaker_names import without_speakers
 from app.text.time_window import time_window
 
 __all__ = ["AttachedMemory", "SearchHit", "SearchRequest", "SearchResult", "search"]
@@ -47,27 +46,30 @@ def search(
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     warnings: list[str] = []
-    # The query is embedded without the speakers' names (app/text/speaker_names.py). The
+    # The query is embedded without the speakers' names, called or misspelled ones too
+    # (app/text/speaker_names.py). The
     # local model is a bounded CPU cost, overlapped with the lexical legs; a remote service is
     # a network wait (up to its timeout), done while no connection is held.
     local = settings.embedding_backend == "local"
     if not local:
         with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
-            speakers = turn_search.recent_speakers(session, tenant_id, request.user_id)
-        vector = QueryVector.now(embedder, without_speakers(request.query, speakers))
+            names = names_in(session, tenant_id, request.user_id, request.query)
+        vector = QueryVector.now(embedder, names.for_embedding(request.query))
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if local:
-            speakers = turn_search.recent_speakers(session, tenant_id, request.user_id)
-            vector = QueryVector.start(embedder, without_speakers(request.query, speakers))
+            names = names_in(session, tenant_id, request.user_id, request.query)
+            vector = QueryVector.start(embedder, names.for_embedding(request.query))
+        # Ranked with the names it calls speakers by spelled as theirs ("Kate" → Emi).
+        asked = request.model_copy(update={"query": names.lexical(request.query)})
         if unit == "turns":
-            hits = rank_turns(session, tenant_id, request, vector, settings, now, window)
+            hits = rank_turns(session, tenant_id, asked, vector, settings, now, window)
         else:
-            hits = rank_memories(session, tenant_id, request, vector, settings, now)
+            hits = rank_memories(session, tenant_id, asked, vector, settings, now)
             hits = hits[: request.limit]
         if request.include_knowledge:
-            hits = _with_knowledge(session, tenant_id, request, hits, vector, settings, now)
+            hits = _with_knowledge(session, tenant_id, asked, hits, vector, settings, now)
     if vector.get() is None and vector.error is not None:
         _log.warning("search without dense ranking: %s", vector.error)
         warnings.append(f"embedding backend unavailable, lexical ranking only: {vector.error}")

@@ -1,0 +1,89 @@
+"""A question that calls a speaker by another name than their display name, over real
+Postgres, Redis and the real local model: the chat shows "Emi", the other speaker calls her
+Kate ("Hey Kate!"), and the question asks about Kate; or the question misspells a speaker
+("Muhammad" for Muhhamed). Either way the speaker's own turn answers, not the turns that
+merely say the name (app/text/speaker_names.py, app/layers/episodic/names.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.embedding.factory import get_embedder
+from app.services.attention import score_users
+from tests.integration.test_hybrid_search import find, ingest
+
+T0 = datetime(2024, 1, 4, 18, 0, tzinfo=UTC)
+CALLED = [
+    ("elise", "Hey Kate! How was your weekend?"),
+    ("Emi", "Busy! I cooked a big pot of ramen for my friends on Saturday."),
+    ("elise", "That looks delicious Kate! Did you cook it all by yourself?"),
+    ("elise", "I only cook pasta, I read a novel about a chef instead."),
+    ("Emi", "Nice, what was it about?"),
+    ("elise", "A chef who opens a tiny restaurant. What about you Kate?"),
+    ("Emi", "I've been busy at work lately."),
+    ("elise", "Talk tomorrow Kate, good night!"),
+]
+MISSPELLED = [
+    ("Akib", "Did you end up going anywhere last week?"),
+    ("Muhhamed", "Yes, I drove to the coast and went fishing with my uncle."),
+    ("Akib", "Fishing sounds relaxing, I went to the coast too but only to swim."),
+    ("Muhhamed", "We caught two big fish."),
+]
+
+
+@pytest.fixture
+def embedder(settings: Settings, redis_client: Any) -> Any:
+    return get_embedder(settings, redis_client)
+
+
+def _chat(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str, user: str, lines: list
+) -> None:
+    first = lines[0][0]
+    events = [
+        {
+            "type": "turn",
+            "tenant_id": tenant,
+            "user_id": user,
+            "role": "user" if speaker == first else "assistant",
+            "speaker": speaker,
+            "content": content,
+            "external_id": f"m{n}",
+            "channel": "chat",
+            "timestamp": (T0 + timedelta(minutes=n)).isoformat(),
+        }
+        for n, (speaker, content) in enumerate(lines)
+    ]
+    ingest(settings, redis_client, events)
+    score_users(
+        settings=settings, client=redis_client, embedder=embedder, tenant_id=tenant, user_ids=[user]
+    )
+
+
+def test_a_name_the_other_speaker_calls_her_finds_her_own_turn(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    _chat(settings, redis_client, embedder, tenant, "called", CALLED)
+    result = find(tenant, settings, embedder, user_id="called", query="What did Kate cook?")
+    ranked = [t for hit in result.hits for t in hit.source_turn_ids]
+    assert ranked[0] == "m1", [(h.content, h.parts) for h in result.hits]
+    assert result.hits[0].parts.get("speaker_named") == 1.0
+    # Another user's chat does not lend its names: there, Kate is nobody.
+    _chat(settings, redis_client, embedder, tenant, "other", MISSPELLED)
+    other = find(tenant, settings, embedder, user_id="other", query="What did Kate cook?")
+    assert all(h.parts.get("speaker_named") is None for h in other.hits)
+
+
+def test_a_misspelled_speaker_is_read_as_them(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    _chat(settings, redis_client, embedder, tenant, "misspelled", MISSPELLED)
+    result = find(
+        tenant, settings, embedder, user_id="misspelled", query="Where did Muhammad go fishing?"
+    )
+    assert result.hits[0].source_turn_ids == ["m1"], [(h.content, h.parts) for h in result.hits]
+    assert result.hits[0].parts.get("speaker_named") == 1.0
