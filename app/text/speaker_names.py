@@ -62,6 +62,7 @@ def without_speakers(query: str, speakers: Iterable[str]) -> str:
 # named-speaker boost know only the display name, so such a word is read as the speaker it
 # names (`Names.lexical`) before anything is ranked.
 RESEMBLANCE = 0.8  # Jaro-Winkler from which an unheard word is read as a speaker's name
+MAX_UNKNOWN = 8  # unknown names of one query looked up (each one index match)
 MIN_ADDRESSED = 2  # turns that must call the other speaker by a name to make it theirs
 ADDRESSED_SHARE = 0.6  # of the turns that say the name, those that call someone by it
 _CANDIDATE = re.compile(r"[^\W\d_]+(?:['\u2019]s)?")
@@ -89,7 +90,7 @@ class Mention:
 def unknown_names(query: str, speakers: Iterable[str]) -> list[str]:
     """The query's capitalised words that may name a person but are none of the speakers'
     name forms: not a sentence's first word (unless possessive), a stopword, a month or a day;
-    in query order, each once, without a possessive."""
+    in query order, each once, without a possessive, the first MAX_UNKNOWN."""
     forms = {f.casefold() for s in speakers for f in name_forms(s)}
     found: list[str] = []
     for match in _CANDIDATE.finditer(query):
@@ -107,6 +108,8 @@ def unknown_names(query: str, speakers: Iterable[str]) -> list[str]:
         ):
             continue
         found.append(word)
+        if len(found) == MAX_UNKNOWN:
+            break
     return found
 
 

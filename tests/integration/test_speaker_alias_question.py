@@ -87,3 +87,18 @@ def test_a_misspelled_speaker_is_read_as_them(
     )
     assert result.hits[0].source_turn_ids == ["m1"], [(h.content, h.parts) for h in result.hits]
     assert result.hits[0].parts.get("speaker_named") == 1.0
+
+
+def test_any_capitalised_words_are_looked_up_safely(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    """Words that tsquery would parse (they are letters only when looked up), non-ASCII names
+    and a query of hundreds of capitalised words: answered, never an error."""
+    _chat(settings, redis_client, embedder, tenant, "odd", MISSPELLED)
+    for query in [
+        "Did Zoë's Ünïcode Ñame call Akib?",
+        "What did Akib:* & Muh!hamed | Fish'n'Chips say?",
+        " ".join(f"Name{chr(65 + n % 26)}x" for n in range(400)) + " Akib?",
+    ]:
+        result = find(tenant, settings, embedder, user_id="odd", query=query)
+        assert result.hits, query
