@@ -26,6 +26,7 @@ from app.services.knowledge import KNOWLEDGE_USER
 from app.services.search_memories import rank_memories
 from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
 from app.services.search_turns import rank_turns
+from app.text.question_frame import without_frame
 from app.text.time_window import time_window
 
 __all__ = ["AttachedMemory", "SearchHit", "SearchRequest", "SearchResult", "search"]
@@ -46,23 +47,25 @@ def search(
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     warnings: list[str] = []
-    # The query is embedded without the speakers' names, called or misspelled ones too
-    # (app/text/speaker_names.py). The
-    # local model is a bounded CPU cost, overlapped with the lexical legs; a remote service is
-    # a network wait (up to its timeout), done while no connection is held.
+    # The query is read without its framing verbs of speech (app/text/question_frame.py) and
+    # embedded without the speakers' names, called or misspelled ones too
+    # (app/text/speaker_names.py). The local model is a bounded CPU cost, overlapped with the
+    # lexical legs; a remote service is a network wait (up to its timeout), done while no
+    # connection is held.
     local = settings.embedding_backend == "local"
+    asked_for = without_frame(request.query)
     if not local:
         with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
             names = names_in(session, tenant_id, request.user_id, request.query)
-        vector = QueryVector.now(embedder, names.for_embedding(request.query))
+        vector = QueryVector.now(embedder, names.for_embedding(asked_for))
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if local:
             names = names_in(session, tenant_id, request.user_id, request.query)
-            vector = QueryVector.start(embedder, names.for_embedding(request.query))
+            vector = QueryVector.start(embedder, names.for_embedding(asked_for))
         # Ranked with the names it calls speakers by spelled as theirs ("Kate" → Emi).
-        asked = request.model_copy(update={"query": names.lexical(request.query)})
+        asked = request.model_copy(update={"query": names.lexical(asked_for)})
         if unit == "turns":
             hits = rank_turns(session, tenant_id, asked, vector, settings, now, window)
         else:
