@@ -3,8 +3,9 @@
 "What games are Nicolas and Nebraas discussing?" asks for games; "discussing" names the act
 of talking, which every message is. Matched as a word, it ranks the messages that talk about
 talking ("I think you mentioned it before") and pulls the question's vector towards them.
-So the search reads a question without its framing verbs of speech (`without_frame`); a
-question made only of them is read whole.
+So the search reads a question without its framing verbs of speech, and without "kind of"
+and "types of", which ask for instances of what follows (`without_frame`); a question made
+only of them is read whole.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import re
 
 _FRAME = re.compile(
     r"(?<![\w'\u2019-])(?:mention(?:ed|ing|s)?|discuss(?:ed|es|ing)?|talk(?:ed|ing|s)?\s+about"
-    r"|in\s+(?:their|the|our|this)\s+conversations?|conversations?)(?![\w'\u2019-])",
+    r"|in\s+(?:their|the|our|this)\s+conversations?|conversations?|(?:kinds?|types?|sorts?)\s+of)"
+    r"(?![\w'\u2019-])",
     re.IGNORECASE,
 )
 

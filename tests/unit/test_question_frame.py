@@ -17,6 +17,8 @@ def test_framing_words_go_and_the_asked_for_stays() -> None:
     )
     assert without_frame("What did Kate talk about with Emi?") == "What did Kate with Emi?"
     assert without_frame("Which teas were mentioned?") == "Which teas were ?"
+    assert without_frame("What kind of pasta did Kate make?") == "What pasta did Kate make?"
+    assert without_frame("Which types of music?") == "Which music?"
 
 
 def test_content_that_only_looks_like_framing_stays() -> None:
@@ -26,6 +28,7 @@ def test_content_that_only_looks_like_framing_stays() -> None:
     assert without_frame("What is the mentioned's cost?") == "What is the mentioned's cost?"
     assert without_frame("Discussed?") == "Discussed?"  # nothing else: read whole
     assert without_frame("mention it") == "mention it"
+    assert without_frame("What is her type?") == "What is her type?"
 
 
 _WORDS = st.sampled_from(
