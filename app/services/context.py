@@ -52,6 +52,7 @@ from app.services.prefetch import PrefetchEntry, cached
 from app.services.search import SearchRequest, search
 from app.services.search_models import prior_weights
 from app.streams.events import Channel, Identifier
+from app.text.question_frame import without_frame
 from app.text.speaker_names import without_speakers
 from app.text.storable import StorableText
 from app.text.tokens import (
@@ -173,7 +174,9 @@ def assemble_context(
     facts: list[dict[str, Any]] = []
     if entry is not None:
         try:
-            asked = without_speakers(request.query, entry.speakers)
+            # Read as a search reads it (app/services/search.py): without framing words or
+            # names (the names others call a speaker by need the trace: a search's work).
+            asked = without_speakers(without_frame(request.query), entry.speakers)
             vector: list[float] | None = embedder.embed([asked])[0]
         except EmbeddingError as exc:
             warnings.append(f"embedding backend unavailable: {exc}")
