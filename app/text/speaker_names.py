@@ -74,7 +74,7 @@ _CALL_LEADS = word_set("you hi hey hello thanks thank well ok okay yes yeah sure
 _ABOUT = (STOPWORDS - _CALL_LEADS) | word_set(
     "met meet saw call called named ask asked thanked loves miss missed visit visited & than"
 )
-_SELF_NAMING = r"(?:i'm|i\u2019m|i am|my name is|my name's|call me|it's|this is)\s+"
+_SELF_NAMING = r"(?:i'm|i\u2019m|i am|my name is|my name's|call me|it's|it\u2019s)\s+"
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def called_by_others(word: str, mentions: Sequence[Mention]) -> str | None:
     votes: Counter[str] = Counter()
     for m in mentions:
         if m.speaker is not None and re.search(
-            rf"(?<!\w){_SELF_NAMING}{re.escape(word)}(?!\w)", m.content, re.IGNORECASE
+            rf"(?<!\w){_SELF_NAMING}{re.escape(word)}(?![\w'\u2019])", m.content, re.IGNORECASE
         ):
             votes[m.speaker] += 1
         elif m.addressee is not None and m.addressee != m.speaker and calls_by(m.content, word):

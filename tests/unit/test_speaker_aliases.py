@@ -86,6 +86,9 @@ def test_a_name_others_call_a_speaker_is_theirs() -> None:
         _mention("elise", "Emi", "Did you see the photo Kate sent?"),
     ]
     assert called_by_others("Kate", mentions) == "Emi"
+    # "It's Kate's birthday" gives no one the name.
+    birthday = [_mention("elise", "Emi", "It's Kate's birthday today!")] * 3
+    assert called_by_others("Kate", birthday) is None
     # Called once: not enough to say.
     assert called_by_others("Kate", mentions[:1]) is None
 
