@@ -10,8 +10,8 @@ import pytest
 
 from app.config import Settings
 from app.embedding.factory import get_embedder
+from tests.integration.chats import chat
 from tests.integration.test_hybrid_search import find
-from tests.integration.test_speaker_alias_question import _chat
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ FRAMED = [
 def test_a_question_framed_by_talk_finds_what_it_asks_for(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
-    _chat(settings, redis_client, embedder, tenant, "framed", FRAMED)
+    chat(settings, redis_client, embedder, tenant, "framed", FRAMED)
     result = find(
         tenant, settings, embedder, user_id="framed", query="What drinks did Nicolas mention?"
     )

@@ -6,17 +6,15 @@ merely say the name (app/text/speaker_names.py, app/layers/episodic/names.py).""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from app.config import Settings
 from app.embedding.factory import get_embedder
-from app.services.attention import score_users
-from tests.integration.test_hybrid_search import find, ingest
+from tests.integration.chats import chat
+from tests.integration.test_hybrid_search import find
 
-T0 = datetime(2024, 1, 4, 18, 0, tzinfo=UTC)
 CALLED = [
     ("elise", "Hey Kate! How was your weekend?"),
     ("Emi", "Busy! I cooked a big pot of ramen for my friends on Saturday."),
@@ -40,40 +38,16 @@ def embedder(settings: Settings, redis_client: Any) -> Any:
     return get_embedder(settings, redis_client)
 
 
-def _chat(
-    settings: Settings, redis_client: Any, embedder: Any, tenant: str, user: str, lines: list
-) -> None:
-    first = lines[0][0]
-    events = [
-        {
-            "type": "turn",
-            "tenant_id": tenant,
-            "user_id": user,
-            "role": "user" if speaker == first else "assistant",
-            "speaker": speaker,
-            "content": content,
-            "external_id": f"m{n}",
-            "channel": "chat",
-            "timestamp": (T0 + timedelta(minutes=n)).isoformat(),
-        }
-        for n, (speaker, content) in enumerate(lines)
-    ]
-    ingest(settings, redis_client, events)
-    score_users(
-        settings=settings, client=redis_client, embedder=embedder, tenant_id=tenant, user_ids=[user]
-    )
-
-
 def test_a_name_the_other_speaker_calls_her_finds_her_own_turn(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
-    _chat(settings, redis_client, embedder, tenant, "called", CALLED)
+    chat(settings, redis_client, embedder, tenant, "called", CALLED)
     result = find(tenant, settings, embedder, user_id="called", query="What did Kate cook?")
     ranked = [t for hit in result.hits for t in hit.source_turn_ids]
     assert ranked[0] == "m1", [(h.content, h.parts) for h in result.hits]
     assert result.hits[0].parts.get("speaker_named") == 1.0
     # Another user's chat does not lend its names: there, Kate is nobody.
-    _chat(settings, redis_client, embedder, tenant, "other", MISSPELLED)
+    chat(settings, redis_client, embedder, tenant, "other", MISSPELLED)
     other = find(tenant, settings, embedder, user_id="other", query="What did Kate cook?")
     assert all(h.parts.get("speaker_named") is None for h in other.hits)
 
@@ -81,7 +55,7 @@ def test_a_name_the_other_speaker_calls_her_finds_her_own_turn(
 def test_a_misspelled_speaker_is_read_as_them(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
-    _chat(settings, redis_client, embedder, tenant, "misspelled", MISSPELLED)
+    chat(settings, redis_client, embedder, tenant, "misspelled", MISSPELLED)
     result = find(
         tenant, settings, embedder, user_id="misspelled", query="Where did Muhammad go fishing?"
     )
@@ -94,7 +68,7 @@ def test_any_capitalised_words_are_looked_up_safely(
 ) -> None:
     """Words that tsquery would parse (they are letters only when looked up), non-ASCII names
     and a query of hundreds of capitalised words: answered, never an error."""
-    _chat(settings, redis_client, embedder, tenant, "odd", MISSPELLED)
+    chat(settings, redis_client, embedder, tenant, "odd", MISSPELLED)
     for query in [
         "Did Zoë's Ünïcode Ñame call Akib?",
         "What did Akib:* & Muh!hamed | Fish'n'Chips say?",

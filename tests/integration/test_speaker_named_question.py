@@ -5,15 +5,15 @@ that leads them (app/text/speaker_names.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from app.config import Settings
 from app.embedding.factory import get_embedder
-from app.services.attention import score_users
-from tests.integration.test_hybrid_search import find, ingest
+from tests.integration.chats import chat
+from tests.integration.test_hybrid_search import find
 
 T0 = datetime(2024, 2, 5, 20, 0, tzinfo=UTC)
 LINES = [
@@ -36,28 +36,7 @@ def embedder(settings: Settings, redis_client: Any) -> Any:
 def test_the_answering_turn_outranks_the_named_speakers_short_messages(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
-    events = [
-        {
-            "type": "turn",
-            "tenant_id": tenant,
-            "user_id": "chat",
-            "role": "user" if speaker == "Vanessa" else "assistant",
-            "speaker": speaker,
-            "content": content,
-            "external_id": f"m{n}",
-            "channel": "chat",
-            "timestamp": (T0 + timedelta(minutes=n)).isoformat(),
-        }
-        for n, (speaker, content) in enumerate(LINES)
-    ]
-    ingest(settings, redis_client, events)
-    score_users(
-        settings=settings,
-        client=redis_client,
-        embedder=embedder,
-        tenant_id=tenant,
-        user_ids=["chat"],
-    )
+    chat(settings, redis_client, embedder, tenant, "chat", LINES, start=T0)
     result = find(
         tenant, settings, embedder, user_id="chat", query="What hobbies does Nicolas have?"
     )
