@@ -90,6 +90,7 @@ def search(
             else None
         ),
         warnings=warnings,
+        names=dict(names.aliases),
     )
 
 

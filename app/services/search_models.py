@@ -118,6 +118,9 @@ class SearchResult:
     # The time the query named ([start, end) and its words), when it named one.
     time_window: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    # Words of the query read as a speaker they are not the display name of (word → speaker:
+    # what the other speaker calls them, or a misspelling; app/text/speaker_names.py).
+    names: dict[str, str] = field(default_factory=dict)
 
 
 def prior_weights(settings: Settings) -> PriorWeights:

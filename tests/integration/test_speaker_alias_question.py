@@ -9,9 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from engram_memory_client.models import SearchResults
+from fastapi.testclient import TestClient
 
+from app.api.app import create_app
 from app.config import Settings
 from app.embedding.factory import get_embedder
+from app.services.tenants import mint_key
 from tests.integration.chats import chat
 from tests.integration.test_hybrid_search import find
 
@@ -46,10 +50,28 @@ def test_a_name_the_other_speaker_calls_her_finds_her_own_turn(
     ranked = [t for hit in result.hits for t in hit.source_turn_ids]
     assert ranked[0] == "m1", [(h.content, h.parts) for h in result.hits]
     assert result.hits[0].parts.get("speaker_named") == 1.0
+    assert result.names == {"Kate": "Emi"}
     # Another user's chat does not lend its names: there, Kate is nobody.
     chat(settings, redis_client, embedder, tenant, "other", MISSPELLED)
     other = find(tenant, settings, embedder, user_id="other", query="What did Kate cook?")
     assert all(h.parts.get("speaker_named") is None for h in other.hits)
+    assert other.names == {}
+
+
+def test_the_api_says_which_words_it_read_as_a_speaker(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    chat(settings, redis_client, embedder, tenant, "called", CALLED)
+    key = mint_key(tenant, name="alias tests").key
+    with TestClient(create_app(settings)) as client:
+        answer = client.post(
+            "/v1/search",
+            json={"user_id": "called", "query": "What did Kate cook?"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["names"] == {"Kate": "Emi"}
+    assert SearchResults.model_validate(answer.json()).names == {"Kate": "Emi"}
 
 
 def test_a_misspelled_speaker_is_read_as_them(
@@ -61,6 +83,7 @@ def test_a_misspelled_speaker_is_read_as_them(
     )
     assert result.hits[0].source_turn_ids == ["m1"], [(h.content, h.parts) for h in result.hits]
     assert result.hits[0].parts.get("speaker_named") == 1.0
+    assert result.names == {"Muhammad": "Muhhamed"}
 
 
 def test_any_capitalised_words_are_looked_up_safely(

@@ -131,6 +131,8 @@ class SearchResults(WireModel):
     warnings: list[str] = []
     unit: str = "turns"
     time_window: dict[str, Any] | None = None  # the time the query named, when it named one
+    # Words of the query read as a speaker whose display name they are not ("Kate" → "Emi").
+    names: dict[str, str] = {}
 
 
 class Context(WireModel):
