@@ -6,6 +6,9 @@ message the name is most of what the vector holds: "Nicolas: Yeah hes super cool
 to that question than "Nicolas: I like to rollerskate at the nearby rink". So the query is
 embedded without the speakers' names (`without_speakers`), and which speaker a question is
 about is left to the named-speaker boost of the fusion (app/services/search_turns.py).
+
+A question may also call a speaker by a name the chat does not display: the one the other
+speaker calls them by, or a misspelling (`Names`, fed by app/layers/episodic/names.py).
 """
 
 from __future__ import annotations
