@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.extraction.vocabulary import MONTHS_AND_DAYS, STOPWORDS, word_set
@@ -202,15 +202,20 @@ class Names:
 
     @classmethod
     def resolve(
-        cls, query: str, speakers: Iterable[str], mentions: dict[str, Sequence[Mention]]
+        cls,
+        query: str,
+        speakers: Iterable[str],
+        mentions: Callable[[list[str]], Mapping[str, Sequence[Mention]]],
     ) -> Names:
-        """Each unknown name of the query (`unknown_names`) with its `mentions` (the turns
-        whose own words say it): the speaker others call by it, else, when no turn says it,
-        the speaker whose name it misspells."""
+        """Each unknown name of the query (`unknown_names`), with the turns whose own words
+        say it (`mentions(words)`, asked once, only when there are some): the speaker others
+        call by it, else, when no turn says it, the speaker whose name it misspells."""
         people = tuple(sorted(set(speakers)))
+        words = unknown_names(query, people) if people else []
+        said_by_word = mentions(words) if words else {}
         aliases: dict[str, str] = {}
-        for word in unknown_names(query, people):
-            said = mentions.get(word, ())
+        for word in words:
+            said = said_by_word.get(word, ())
             speaker = called_by_others(word, said) if said else spelled_like(word, people)
             if speaker is not None:
                 aliases[word] = speaker

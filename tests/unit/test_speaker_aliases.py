@@ -108,7 +108,9 @@ def test_a_friend_talked_about_is_nobodys_alias() -> None:
 
 def test_names_resolve_and_rewrite_the_query() -> None:
     mentions = {"Kate": [_mention("elise", "Emi", "Hey Kate!")] * 3, "Hawaii": []}
-    names = Names.resolve("What are Kate's hobbies in Hawaii?", ["elise", "Emi"], mentions)
+    names = Names.resolve(
+        "What are Kate's hobbies in Hawaii?", ["elise", "Emi"], lambda words: mentions
+    )
     assert names.aliases == {"Kate": "Emi"}
     assert (
         names.lexical("What are Kate's hobbies in Hawaii?") == "What are Emi's hobbies in Hawaii?"
@@ -116,11 +118,11 @@ def test_names_resolve_and_rewrite_the_query() -> None:
     assert (
         names.for_embedding("What are Kate's hobbies in Hawaii?") == "What are hobbies in Hawaii?"
     )
-    misspelled = Names.resolve("When did Muhammad call?", ["Akib", "Muhhamed"], {})
+    misspelled = Names.resolve("When did Muhammad call?", ["Akib", "Muhhamed"], lambda words: {})
     assert misspelled.lexical("When did Muhammad call?") == "When did Muhhamed call?"
     # Said in the chat and never a call: a person of its own, not a misspelled speaker.
     said = {"Akim": [_mention("Akib", "Muhhamed", "Akim is my cousin")]}
-    assert Names.resolve("Who is Akim?", ["Akib", "Muhhamed"], said).aliases == {}
+    assert Names.resolve("Who is Akim?", ["Akib", "Muhhamed"], lambda words: said).aliases == {}
 
 
 _speaker = st.text(alphabet=st.characters(categories=("L",)), min_size=2, max_size=8)
@@ -130,7 +132,7 @@ _speaker = st.text(alphabet=st.characters(categories=("L",)), min_size=2, max_si
 def test_no_alias_no_change_and_never_a_speaker_form(query: str, speakers: list[str]) -> None:
     forms = {f.casefold() for s in speakers for f in name_forms(s)}
     assert not any(w.casefold() in forms for w in unknown_names(query, speakers))
-    names = Names.resolve(query, speakers, {})
+    names = Names.resolve(query, speakers, lambda words: {})
     if not names.aliases:
         assert names.lexical(query) == query
     assert set(names.aliases.values()) <= set(speakers)

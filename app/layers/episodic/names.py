@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from app.db.rows import fetch
 from app.layers.episodic.message_order import arrival, owner, walk
 from app.layers.episodic.search import recent_speakers
-from app.text.speaker_names import Mention, Names, unknown_names
+from app.text.speaker_names import Mention, Names
 
 MENTION_SAMPLE = 50  # turns read for each unknown name, best matches first
 ADDRESSEE_WALK = 5  # turns back in the session to find who a turn was said to
@@ -38,8 +38,6 @@ def mentions_of(
     session: Session, tenant_id: str, user_id: str, words: Sequence[str]
 ) -> dict[str, list[Mention]]:
     """word → up to MENTION_SAMPLE of the user's turns that say it, with their addressee."""
-    if not words:
-        return {}
     rows = fetch(
         session,
         _MENTIONS,
@@ -61,6 +59,8 @@ def mentions_of(
 def names_in(session: Session, tenant_id: str, user_id: str, query: str) -> Names:
     """The user's recent speakers and what the query's other names stand for; one more
     statement only when the query holds a capitalised word that is no speaker's name."""
-    speakers = recent_speakers(session, tenant_id, user_id)
-    words = unknown_names(query, speakers) if speakers else []
-    return Names.resolve(query, speakers, mentions_of(session, tenant_id, user_id, words))
+    return Names.resolve(
+        query,
+        recent_speakers(session, tenant_id, user_id),
+        lambda words: mentions_of(session, tenant_id, user_id, words),
+    )
