@@ -7,14 +7,16 @@ order is re-sorted by the exact distance in the outer query.
 
 Which plan serves a user is chosen here, not by the planner: it prices the filtered index
 scan badly and, once psycopg prepares the statement, plans for the average user. The index
-walk visits about limit * table / user rows, the exact sort reads the user's rows, so the
-crossover grows with the square root of the table: HNSW once the user holds
-sqrt(CROSSOVER * table rows) rows. CROSSOVER was 160 while a memory's vector lay in TOAST
-(every row the exact sort read fetched it from there); with vectors stored in the row
-(migration b8d4f2a6c913) the sort got cheaper, and bench/scale.py's search phase (the same
-databases, three values in one hour) gave p95 at 100k / 1M memories of 64.3 / 232.0 ms with
-160, 39.9 / 176.6 with 1,000 and 36.3 / 122.1 with 2,000: HNSW from 14k of 100k, 45k of 1M.
-For a partitioned table the walk is of the user's partition's own index, so its rows count.
+walk visits about limit * relation / user rows, where the relation is the table or, for a
+partitioned one, the partition holding the user's rows (its own HNSW index); the exact sort
+reads the user's rows. So the walk wins once the user holds sqrt(CROSSOVER * relation rows)
+rows. Measured on bench/scale.py's 1M-memory database (16 partitions of 46k-162k rows, users
+of 1.7k-107k memories, the median of 10 searches each, one run): the sort cost 1.3 us per row
+of the user (13 ms for 10k), the walk about 3 ms + 1 ms / (the user's share of its partition)
+(8 ms at a share of 0.2, 60-97 ms at 0.02), so the crossover sits near 770-1,000; 1,000 chose
+the faster plan for all 19 users sized, the earlier rule (2,000, with the partitions' average
+size) for 15: users of 7.9k-9.3k rows in small partitions were sorted in 11-13 ms where the
+walk took 8-9, and one of 11k in the biggest partition walked in 22 ms where the sort took 14.
 """
 
 from __future__ import annotations
@@ -44,12 +46,10 @@ def vector_literal(vector: Sequence[float]) -> str:
     return template % tuple(vector)
 
 
-CROSSOVER = 2000.0
-SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) the table's size is taken as this
-TABLE_SIZE_TTL_S = 60.0
+CROSSOVER = 1000.0
+SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) a relation's size is taken as this
 USER_SIZE_TTL_S = 60.0
 KEPT = 100_000  # entries of each cache below; a full one starts afresh
-_table_rows: dict[str, tuple[float, float]] = {}
 _user_walks: dict[tuple[Any, ...], tuple[bool, float]] = {}
 V = TypeVar("V")
 
@@ -75,35 +75,33 @@ def _remembered(
     return value
 
 
-def _rows_of(session: Session, database: str, table: str) -> float:
-    """Rows of the table one query reads, from the catalog's estimates, remembered for a
-    minute: the table's own, or a partition's on average for a partitioned table (a user's
-    rows sit in one partition of episodic.turns, with its own HNSW index)."""
-
-    def estimate() -> float:
-        rows = fetch_value(
-            session,
-            "SELECT sum(greatest(c.reltuples, 0)) / count(*)"
-            " FROM pg_partition_tree(CAST(:table AS regclass)) AS p"
-            " JOIN pg_class AS c ON c.oid = p.relid WHERE p.isleaf",
-            {"table": table},
-        )
-        return float(rows or 0)
-
-    return _remembered(_table_rows, f"{database}/{table}", TABLE_SIZE_TTL_S, estimate)
+def relation_rows(
+    session: Session, table: str, size_where: str, params: dict[str, Any]
+) -> float | None:
+    """Rows of the relation holding the scope's rows (the table, or the user's partition of
+    a partitioned one), from the catalog's estimate; None when the scope holds no row."""
+    return fetch_value(
+        session,
+        "SELECT greatest(c.reltuples, 0) FROM pg_class AS c WHERE c.oid ="  # noqa: S608
+        f" (SELECT tableoid FROM {table} WHERE {size_where} LIMIT 1)",
+        params,
+    )
 
 
 def _through_index(session: Session, table: str, size_where: str, params: dict[str, Any]) -> bool:
-    """Whether the user (the scope `size_where` and `params` name) holds `threshold` rows,
-    counted up to that many and remembered for USER_SIZE_TTL_S: a search asks it of every
-    dense leg, and a user crossing the threshold meanwhile is only served by the other plan
-    (both give the right rows) a little longer. Both caches are keyed by database: one
-    process may search several (a benchmark's databases of different sizes, with the same
-    table and user names)."""
+    """Whether the user (the scope `size_where` and `params` name) holds the threshold's
+    rows for the relation it lies in, counted up to that many and remembered for
+    USER_SIZE_TTL_S: a search asks it of every dense leg, and a user crossing the threshold
+    meanwhile is only served by the other plan (both give the right rows) a little longer.
+    The cache is keyed by database: one process may search several (a benchmark's databases
+    of different sizes, with the same table and user names)."""
     database = str(session.get_bind().engine.url.database or "")
-    threshold = index_threshold(_rows_of(session, database, table))
 
     def holds() -> bool:
+        rows = relation_rows(session, table, size_where, params)
+        if rows is None:
+            return False
+        threshold = index_threshold(float(rows))
         held = fetch_value(
             session,
             f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {size_where}"  # noqa: S608
@@ -112,7 +110,7 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
         )
         return int(held or 0) >= threshold
 
-    key = (database, table, size_where, threshold, *sorted((k, str(v)) for k, v in params.items()))
+    key = (database, table, size_where, *sorted((k, str(v)) for k, v in params.items()))
     return _remembered(_user_walks, key, USER_SIZE_TTL_S, holds)
 
 

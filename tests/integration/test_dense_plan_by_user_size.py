@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from sqlalchemy import text
 from app.config import Settings
 from app.db import nearest as nearest_module
 from app.db.nearest import index_threshold, vector_literal
-from app.db.session import app_engine, unit_of_work
+from app.db.session import owner_engine, unit_of_work
 from app.layers.semantic.search import MemoryFilter, dense_candidates
 from tests.integration.helpers import driver_statements
 
@@ -57,23 +58,26 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_the_threshold_grows_with_the_square_root_of_the_table() -> None:
     assert index_threshold(0) == index_threshold(nearest_module.SMALLEST_TABLE)
-    assert index_threshold(100_000) == pytest.approx(14_142, abs=1)
-    assert index_threshold(1_000_000) == pytest.approx(44_721, abs=1)
+    assert index_threshold(100_000) == pytest.approx(10_000, abs=1)
+    assert index_threshold(1_000_000) == pytest.approx(31_623, abs=1)
     assert index_threshold(400_000) == pytest.approx(2 * index_threshold(100_000), abs=1)
 
 
 def test_big_users_walk_the_index_small_ones_sort_and_both_are_exact(
-    tenant: str, settings: Settings, statements: list[str], monkeypatch: pytest.MonkeyPatch
+    tenant: str, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = np.random.default_rng(5)
     _plant(tenant, "big", 60, rng)
     _plant(tenant, "small", 12, rng)
-    # A 72-row table: the threshold is 30 rows, so "big" (60) walks and "small" (12) sorts.
+    # Each in a 72-row partition: the threshold is 30 rows, so "big" (60) walks and "small"
+    # (12) sorts.
     monkeypatch.setattr(nearest_module, "SMALLEST_TABLE", 1)
-    database = app_engine(settings).url.database
-    monkeypatch.setattr(
-        nearest_module, "_table_rows", {f"{database}/semantic.memories": (72.0, 1e18)}
-    )
+    real_rows = nearest_module.relation_rows
+
+    def partition_of_72(*args: Any) -> float | None:
+        return None if real_rows(*args) is None else 72.0
+
+    monkeypatch.setattr(nearest_module, "relation_rows", partition_of_72)
     monkeypatch.setattr(nearest_module, "CROSSOVER", 12.5)
     assert index_threshold(72) == 30
 
@@ -127,3 +131,32 @@ def test_a_users_size_is_counted_once_a_minute(
     assert counts() == 0  # remembered: the plan is chosen without asking again
     monkeypatch.setattr(nearest_module, "USER_SIZE_TTL_S", 0.0)
     assert counts() == 1
+
+
+def test_the_threshold_is_of_the_partition_holding_the_user(
+    tenant: str, settings: Settings
+) -> None:
+    """A user's walk is of its own partition's index, so that partition's size sets the
+    threshold, not the table's nor the partitions' average."""
+    rng = np.random.default_rng(8)
+    _plant(tenant, "owner", 4, rng)
+    scope = {"tenant": tenant, "user": "owner"}
+    size_where = "tenant_id = :tenant AND user_id = :user"
+    with owner_engine(settings).begin() as connection:  # the catalog's estimate, made now
+        connection.execute(text("ANALYZE semantic.memories"))
+    with unit_of_work(tenant) as session:
+        rows = nearest_module.relation_rows(session, "semantic.memories", size_where, scope)
+        partition = session.execute(
+            text(
+                "SELECT c.reltuples FROM semantic.memories AS m JOIN pg_class AS c"
+                " ON c.oid = m.tableoid WHERE m.tenant_id = :tenant AND m.user_id = :user"
+                " LIMIT 1"
+            ),
+            scope,
+        ).scalar_one()
+        nobody = nearest_module.relation_rows(
+            session, "semantic.memories", size_where, {**scope, "user": "nobody"}
+        )
+    assert rows == pytest.approx(max(float(partition), 0.0))
+    assert rows >= 4
+    assert nobody is None

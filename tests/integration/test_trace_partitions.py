@@ -105,17 +105,6 @@ def _scanned_since(session: Session, before: dict[str, int]) -> set[str]:
     return {name[-4:] for name, n in _scans(session).items() if n > before.get(name, 0)}
 
 
-class _AnyTable(dict[str, tuple[float, float]]):
-    """The row-count cache of app/db/nearest.py, answering the same size for any table."""
-
-    def __init__(self, size: tuple[float, float]) -> None:
-        super().__init__()
-        self.size = size
-
-    def get(self, key: str, default: object = None) -> tuple[float, float]:  # type: ignore[override]
-        return self.size
-
-
 @pytest.mark.parametrize("walk", [False, True], ids=["sorted", "hnsw"])
 def test_one_users_search_reads_touch_one_partition(
     tenant: str, walk: bool, monkeypatch: pytest.MonkeyPatch
@@ -124,8 +113,7 @@ def test_one_users_search_reads_touch_one_partition(
     ids = _plant(tenant, users, per_user=6)
     if walk:  # a threshold of 1 row: the dense leg walks its partition's HNSW index
         monkeypatch.setattr(nearest_module, "SMALLEST_TABLE", 1)
-        monkeypatch.setattr(nearest_module, "CROSSOVER", 1.0)
-        monkeypatch.setattr(nearest_module, "_table_rows", _AnyTable((1.0, 1e18)))
+        monkeypatch.setattr(nearest_module, "CROSSOVER", 1e-9)
     rng = np.random.default_rng(12)
     with unit_of_work(tenant) as session:
         theirs = {_partition_of(session, user) for user in users}
