@@ -1,8 +1,8 @@
 """BM25 candidates from a Postgres full-text (GIN) index, for any layer's table.
 
 Two statements: the query's lexemes with their document frequencies over a sample of the
-caller's scope (one user's rows, read under row-level security), then the rows matching the
-selecting lexemes, through the layer's index-backed match function, with their tsvectors for
+caller's scope (one user's rows, read under row-level security; past the sample, the user's
+rows are counted once a minute too), then the rows matching the selecting lexemes, through the layer's index-backed match function, with their tsvectors for
 scoring in Python (`app.scoring.retrieval.bm25`). Table, vector expression and scope clause
 come from the layer's own constants, never from input; the query travels as a parameter.
 """
@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db.rows import fetch
+from app.db.remembered import remembered, scope_key
+from app.db.rows import fetch, fetch_value
 from app.scoring.retrieval import bm25, bm25_ceiling
 
 MAX_QUERY_TERMS = 48
@@ -26,11 +27,17 @@ COMMON_SHARE = 0.2
 # over the best `limit`), as a share of the rows between MIN and MAX: 0.05 of a 1.5k-turn
 # conversation left out rows holding only the question's commoner words, which cost 0.03
 # recall@10 (bench/conversations.py), while 0.2 of a 14k-memory user doubled search p95
-# (bench/search.py). The user's rows are counted only past `sample`, and only up to
-# MATCH_ROWS / MIN_MATCH_SHARE, beyond which the share is MIN_MATCH_SHARE anyway.
+# (bench/search.py). Past MAX_MATCH_ROWS / MIN_MATCH_SHARE rows the cap is MAX_MATCH_ROWS
+# itself: each matched row is a heap fetch and a ts_rank (~4 us), and 5 % of a 107k-memory
+# user (bench/scale.py's 1M database) made its lexical leg p95 17 ms, against 5 ms at 1 %.
 MATCH_ROWS = 500
+MAX_MATCH_ROWS = 2000
 MAX_MATCH_SHARE = 0.2
 MIN_MATCH_SHARE = 0.05
+# A user's rows are counted (past `sample`) up to this many, once a minute per process.
+COUNT_CAP = 200_000
+USER_ROWS_TTL_S = 60.0
+_user_rows: dict[tuple[Any, ...], tuple[int, float]] = {}
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,27 @@ def match_share(total: int) -> float:
     """Share of a user's rows the selecting terms may hold (see MATCH_ROWS)."""
     if total <= 0:
         return MAX_MATCH_SHARE
-    return max(MIN_MATCH_SHARE, min(MAX_MATCH_SHARE, MATCH_ROWS / total))
+    share = max(MIN_MATCH_SHARE, min(MAX_MATCH_SHARE, MATCH_ROWS / total))
+    return min(share, MAX_MATCH_ROWS / total)
+
+
+def _rows_in(session: Session, scope: FulltextScope, params: dict[str, Any]) -> int:
+    """The scope's rows, up to COUNT_CAP, remembered for USER_ROWS_TTL_S: asked only of users
+    past the sample, whose count (an index-only scan) is what a search of theirs would
+    otherwise spend most on after the match itself."""
+    where = scope.size_where or scope.where
+
+    def count() -> int:
+        held = fetch_value(
+            session,
+            f"SELECT count(*) FROM (SELECT 1 FROM {scope.table} WHERE {where}"  # noqa: S608
+            " LIMIT :count_cap) AS c",
+            {**params, "count_cap": COUNT_CAP},
+        )
+        return int(held or 0)
+
+    key = scope_key(session, scope.table, where, params)
+    return remembered(_user_rows, key, USER_ROWS_TTL_S, count)
 
 
 def _selecting(
@@ -128,11 +155,7 @@ def bm25_candidates(
             " SELECT q.lexeme, q.tf,"
             " (SELECT count(*) FROM s WHERE s.v @@ q.tq) AS df,"
             " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(ts_filter(v, '{d}'))"
-            " + :context * length(ts_filter(v, '{c}'))) FROM s) AS avg_len,"
-            " CASE WHEN (SELECT count(*) FROM s) < :sample THEN 0 ELSE (SELECT count(*) FROM"
-            f"  (SELECT 1 FROM {scope.table} WHERE {scope.size_where or scope.where}"
-            "  LIMIT :count_cap) AS c) END"
-            "  AS total"
+            " + :context * length(ts_filter(v, '{c}'))) FROM s) AS avg_len"
             " FROM q"
         ),
         {
@@ -140,7 +163,6 @@ def bm25_candidates(
             "query": query[:20_000],
             "max_terms": MAX_QUERY_TERMS,
             "sample": scope.sample,
-            "count_cap": int(MATCH_ROWS / MIN_MATCH_SHARE),
             "context": CONTEXT_WEIGHT,
         },
     )
@@ -150,8 +172,9 @@ def bm25_candidates(
     avg_len = float(stats[0].avg_len or 1.0)
     terms = {row.lexeme: int(row.tf) for row in stats}
     df = {row.lexeme: int(row.df) for row in stats}
-    share = match_share(int(stats[0].total or 0))
-    selecting = _selecting(terms, df, n_docs, full=n_docs < scope.sample, share=share)
+    full = n_docs < scope.sample
+    share = MAX_MATCH_SHARE if full else match_share(_rows_in(session, scope, params))
+    selecting = _selecting(terms, df, n_docs, full=full, share=share)
     rows = fetch(
         session,
         _MATCHED.format(match=match),

@@ -22,12 +22,12 @@ walk took 8-9, and one of 11k in the biggest partition walked in 22 ms where the
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.db.remembered import remembered, scope_key
 from app.db.rows import fetch, fetch_value, run
 
 _FORMATS: dict[int, str] = {}
@@ -49,30 +49,12 @@ def vector_literal(vector: Sequence[float]) -> str:
 CROSSOVER = 1000.0
 SMALLEST_TABLE = 10_000  # below this (or before ANALYZE) a relation's size is taken as this
 USER_SIZE_TTL_S = 60.0
-KEPT = 100_000  # entries of each cache below; a full one starts afresh
 _user_walks: dict[tuple[Any, ...], tuple[bool, float]] = {}
-V = TypeVar("V")
 
 
 def index_threshold(table_rows: float) -> int:
     """Rows of a user from which the HNSW walk beats sorting the user's rows."""
     return math.ceil(math.sqrt(CROSSOVER * max(table_rows, SMALLEST_TABLE)))
-
-
-def _remembered(
-    cache: dict[Any, tuple[V, float]], key: Any, ttl: float, compute: Callable[[], V]
-) -> V:
-    """`compute()`, kept in this process's `cache` under `key` for `ttl` seconds. A full
-    cache is started afresh (never emptied while read: a lookup meanwhile only misses)."""
-    now = time.monotonic()
-    cached = cache.get(key)
-    if cached is not None and now - cached[1] < ttl:
-        return cached[0]
-    value = compute()
-    if len(cache) >= KEPT:
-        cache.clear()
-    cache[key] = (value, now)
-    return value
 
 
 def relation_rows(
@@ -92,10 +74,7 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
     """Whether the user (the scope `size_where` and `params` name) holds the threshold's
     rows for the relation it lies in, counted up to that many and remembered for
     USER_SIZE_TTL_S: a search asks it of every dense leg, and a user crossing the threshold
-    meanwhile is only served by the other plan (both give the right rows) a little longer.
-    The cache is keyed by database: one process may search several (a benchmark's databases
-    of different sizes, with the same table and user names)."""
-    database = str(session.get_bind().engine.url.database or "")
+    meanwhile is only served by the other plan (both give the right rows) a little longer."""
 
     def holds() -> bool:
         rows = relation_rows(session, table, size_where, params)
@@ -110,8 +89,8 @@ def _through_index(session: Session, table: str, size_where: str, params: dict[s
         )
         return int(held or 0) >= threshold
 
-    key = (database, table, size_where, *sorted((k, str(v)) for k, v in params.items()))
-    return _remembered(_user_walks, key, USER_SIZE_TTL_S, holds)
+    key = scope_key(session, table, size_where, params)
+    return remembered(_user_walks, key, USER_SIZE_TTL_S, holds)
 
 
 def nearest(

@@ -336,4 +336,17 @@ def test_the_match_share_shrinks_as_the_user_grows() -> None:
     assert match_share(0) == MAX_MATCH_SHARE  # small users: every term selects anyway
     assert match_share(1_500) == MAX_MATCH_SHARE
     assert MIN_MATCH_SHARE < match_share(5_000) < MAX_MATCH_SHARE
-    assert match_share(10_000) == MIN_MATCH_SHARE == match_share(1_000_000)
+    assert match_share(10_000) == MIN_MATCH_SHARE == match_share(40_000)
+
+
+@given(st.integers(min_value=1, max_value=10_000_000), st.integers(min_value=1, max_value=1000))
+def test_the_rows_a_match_may_hold_are_bounded_and_never_shrink_as_the_user_grows(
+    total: int, more: int
+) -> None:
+    """Big users' matches stay near MAX_MATCH_ROWS rows (each costs a heap fetch and a
+    ts_rank); a bigger user never gets fewer rows to rank than a smaller one."""
+    from app.db.fulltext import MAX_MATCH_ROWS, match_share
+
+    rows = match_share(total) * total
+    assert rows <= MAX_MATCH_ROWS + 1e-6
+    assert match_share(total + more) * (total + more) >= rows - 1e-6
