@@ -2,9 +2,10 @@
 
 Two statements: the query's lexemes with their document frequencies over a sample of the
 caller's scope (one user's rows, read under row-level security; past the sample, the user's
-rows are counted once a minute too), then the rows matching the selecting lexemes, through the layer's index-backed match function, with their tsvectors for
-scoring in Python (`app.scoring.retrieval.bm25`). Table, vector expression and scope clause
-come from the layer's own constants, never from input; the query travels as a parameter.
+rows are counted too, once a minute), then the rows matching the selecting lexemes, through
+the layer's index-backed match function, with their tsvectors for scoring in Python
+(`app.scoring.retrieval.bm25`). Table, vector expression and scope clause come from the
+layer's own constants, never from input; the query travels as a parameter.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from app.services.search_models import (
     prior_weights,
     turn_hit,
 )
-from app.text.speaker_names import names_speaker
+from app.text.speaker_names import subject_speaker
 from app.text.time_window import TimeWindow
 
 # The best turns whose neighbours are boosted, each two short index walks: 30 ranked the
@@ -217,16 +217,16 @@ def _favour_the_named_speaker(
 ) -> None:
     """A question about one of the speakers ("What are Kate's hobbies?") is answered by what
     that speaker said: 94 % of such questions' evidence turns on the development
-    conversations. Their turns' fused score is multiplied by 1 + `boost`; a question naming
-    several speakers, or none, changes nothing."""
+    conversations. Their turns' fused score is multiplied by 1 + `boost`; a question about
+    several speakers together, or none, changes nothing (`subject_speaker`)."""
     if boost <= 0 or not fused.turns:
         return
     speakers = {t: f.speaker for t, f in facts.items() if f.speaker is not None}
-    named = {s for s in set(speakers.values()) if names_speaker(request.query, s)}
-    if len(named) != 1:
+    subject = subject_speaker(request.query, speakers.values())
+    if subject is None:
         return
     for turn, speaker in speakers.items():
-        if speaker in named:
+        if speaker == subject:
             fused.turns[turn] *= 1 + boost
             fused.parts.setdefault(turn, {})["speaker_named"] = 1.0
 

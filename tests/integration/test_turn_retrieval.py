@@ -217,6 +217,43 @@ def test_a_question_about_one_speaker_favours_that_speakers_turns(
     assert ratio > plain.hits[0].score / plain.hits[1].score
 
 
+def test_a_question_about_one_speaker_and_another_favours_the_first_named(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    # Mia and Noor say the same words; the question is about Noor and only mentions Mia.
+    events = [
+        say(
+            tenant,
+            "duo",
+            0,
+            "Honestly I could spend every weekend hiking up in the mountains.",
+            at=T0,
+        ),
+        say(
+            tenant, "duo", 1, "Honestly I could spend every weekend hiking up in the hills.", at=T0
+        ),
+    ]
+    for event, speaker in zip(events, ("Mia", "Noor"), strict=True):
+        event.update(role="user", speaker=speaker)
+    ingest(settings, redis_client, events)
+    score_users(
+        settings=settings,
+        client=redis_client,
+        embedder=embedder,
+        tenant_id=tenant,
+        user_ids=["duo"],
+    )
+    about_noor = find(
+        tenant, settings, embedder, user_id="duo", query="Where would Noor hike, as Mia heard?"
+    )
+    assert ranked_turns(about_noor)[0] == "duo-1"
+    assert about_noor.hits[0].parts.get("speaker_named") == 1.0
+    together = find(
+        tenant, settings, embedder, user_id="duo", query="Where would Mia and Noor hike?"
+    )
+    assert all("speaker_named" not in h.parts for h in together.hits)
+
+
 def passages_of(settings: Settings, tenant: str, user: str) -> dict[str, list[int]]:
     """external id → the ordinals of the turn's stored passages, read as the owner."""
     with owner_engine(settings).connect() as conn:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.text.speaker_names import names_speaker, without_speakers
+from app.text.speaker_names import names_speaker, subject_speaker, without_speakers
 
 
 def test_names_are_taken_out_whole_with_their_possessive() -> None:
@@ -54,3 +54,30 @@ def test_words_that_name_no_speaker_are_kept_in_order(query: str, speakers: list
     left = without_speakers(query, speakers).split()
     it = iter(query.split())
     assert all(any(word in kept for kept in it) for word in left)
+
+
+def test_the_subject_is_the_one_speaker_named_or_the_first_of_two_apart() -> None:
+    speakers = ["Elise", "Kate", "Fahim Khan"]
+    assert subject_speaker("What are Kate's hobbies?", speakers) == "Kate"
+    assert subject_speaker("Where does Fahim live?", speakers) == "Fahim Khan"
+    assert subject_speaker("What did Elise buy on Kate's advice?", speakers) == "Elise"
+    assert subject_speaker("Did Fahim tell Kate about Elise?", speakers) == "Fahim Khan"
+    assert subject_speaker("Is the weather nice?", speakers) is None
+
+
+def test_speakers_named_together_are_no_one_subject() -> None:
+    speakers = ["Elise", "Kate", "Fahim Khan"]
+    for query in (
+        "What do Elise and Kate have in common?",
+        "Do Kate & Elise talk?",
+        "What do Kate, Elise and Fahim like?",
+        "What did Kate's and Elise's parents say?",
+        "Would Kate or Elise go?",
+    ):
+        assert subject_speaker(query, speakers) is None, query
+
+
+@given(_queries, _speakers)
+def test_the_subject_is_a_speaker_the_question_names(query: str, speakers: list[str]) -> None:
+    subject = subject_speaker(query, speakers)
+    assert subject is None or (subject in speakers and names_speaker(query, subject))
