@@ -62,8 +62,8 @@ class PgProbe:
     """A superuser connection to the embedded server, outside the measured database."""
 
     def __init__(self, settings: Settings) -> None:
-        server = embedded_postgres.ensure_running(settings.data_dir)
-        url = server.url(user=embedded_postgres.SUPERUSER, database="postgres")
+        self.server = embedded_postgres.ensure_running(settings.data_dir)
+        url = self.server.url(user=embedded_postgres.SUPERUSER, database="postgres")
         self.conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
 
     def close(self) -> None:
@@ -100,6 +100,20 @@ class PgProbe:
             (list(pids),),
         )
         return {int(p): float(b or 0) for p, b in rows}
+
+    def prewarm(self, database: str, schemas: Iterable[str]) -> int:
+        """Read the tables and indexes of `schemas` in `database` into the OS page cache
+        (pg_prewarm's 'read' mode, as superuser: the extension needs one); blocks read."""
+        url = self.server.url(user=embedded_postgres.SUPERUSER, database=database)
+        with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_prewarm(c.oid, 'read')), 0) FROM pg_class AS c"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = ANY(%s) AND c.relkind IN ('r', 'i', 't')",
+                (list(schemas),),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def comment(self, database: str) -> str | None:
         row = self.conn.execute(

@@ -10,7 +10,9 @@ Vectors: a pool of real embeddings (the shipped model, over `--pool-per-topic` t
 sentences for each of bench/search.py's 200 topics, computed once per run) recombined into
 one distinct unit vector per memory (bench/_capacity.py's VectorPool). Queries are
 bench/search.py's paraphrases, embedded by the real model before timing, so the latencies are
-retrieval alone; the model's cost per query is measured beside them.
+retrieval alone; the model's cost per query is measured beside them. Each database is read
+into the page cache before its searches (PgProbe.prewarm): latencies of the search path at that
+size, not of this machine's disk.
 """
 
 from __future__ import annotations
@@ -165,6 +167,18 @@ def run_size(
         for notice in loaded.index_notices:
             print(f"  index build notice: {notice}")
 
+    # This machine's kernel pages out file pages left unread for about a minute (DAMON's
+    # pageout scheme), so a database the previous size's phase left idle was read back from
+    # disk by its first searches: on the 1M database p95 was 76.7 ms cold and 22.5 ms after
+    # this read, which measured the disk, not the search path. A server keeps its hot pages.
+    started = time.perf_counter()
+    blocks = probe.prewarm(database, ("semantic", "episodic"))
+    read_s = time.perf_counter() - started
+    print(
+        f"  read {blocks * 8 / 1024**2:.1f} GiB of its tables and indexes into the page cache "
+        f"first (pg_prewarm 'read', {read_s:.1f}s)",
+        flush=True,
+    )
     embedder = QueryEmbedder(model)
     workload = search_bench.Workload(sizes, topics_by_user, embedder, args.seed + 20)
     search_bench.run_searches(workload.mixed(args.warmup), settings, embedder)
