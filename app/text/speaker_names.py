@@ -71,6 +71,8 @@ def subject_speaker(query: str, speakers: Iterable[str]) -> str | None:
     if len(first) < 2:
         return first[0][2] if first else None
     (_, end, speaker), (start, _, _) = sorted(first)[:2]
+    if start < end:  # one mention names both ("Fahim" for "Fahim" and "Fahim Khan")
+        return None
     return None if _JOINED.fullmatch(query[end:start]) else speaker
 
 

@@ -75,6 +75,8 @@ def test_speakers_named_together_are_no_one_subject() -> None:
         "Would Kate or Elise go?",
     ):
         assert subject_speaker(query, speakers) is None, query
+    for query in ("Where does Fahim live?", "Where does Fahim Khan live?"):  # both named
+        assert subject_speaker(query, ["Fahim", "Fahim Khan"]) is None, query
 
 
 @given(_queries, _speakers)
