@@ -36,11 +36,14 @@ def converse(
     tenant: str,
     user: str,
     lines: list[tuple[datetime, str]],
+    speakers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Ingest the turns and score them (which gives each its vector); no extraction."""
-    rows = ingest(
-        settings, client, [say(tenant, user, n, text, at=at) for n, (at, text) in enumerate(lines)]
-    )
+    """Ingest the turns and score them (which gives each its vector); no extraction. With
+    `speakers`, the lines are said by them in turn (else by the user and the assistant)."""
+    events = [say(tenant, user, n, text, at=at) for n, (at, text) in enumerate(lines)]
+    for n, event in enumerate(events if speakers else []):
+        event.update(role="user", speaker=speakers[n % len(speakers)])
+    rows = ingest(settings, client, events)
     score_users(
         settings=settings, client=client, embedder=embedder, tenant_id=tenant, user_ids=[user]
     )
@@ -221,28 +224,11 @@ def test_a_question_about_one_speaker_and_another_favours_the_first_named(
     settings: Settings, redis_client: Any, embedder: Any, tenant: str
 ) -> None:
     # Mia and Noor say the same words; the question is about Noor and only mentions Mia.
-    events = [
-        say(
-            tenant,
-            "duo",
-            0,
-            "Honestly I could spend every weekend hiking up in the mountains.",
-            at=T0,
-        ),
-        say(
-            tenant, "duo", 1, "Honestly I could spend every weekend hiking up in the hills.", at=T0
-        ),
+    lines = [
+        (T0, "Honestly I could spend every weekend hiking up in the mountains."),
+        (T0, "Honestly I could spend every weekend hiking up in the hills."),
     ]
-    for event, speaker in zip(events, ("Mia", "Noor"), strict=True):
-        event.update(role="user", speaker=speaker)
-    ingest(settings, redis_client, events)
-    score_users(
-        settings=settings,
-        client=redis_client,
-        embedder=embedder,
-        tenant_id=tenant,
-        user_ids=["duo"],
-    )
+    converse(settings, redis_client, embedder, tenant, "duo", lines, speakers=("Mia", "Noor"))
     about_noor = find(
         tenant, settings, embedder, user_id="duo", query="Where would Noor hike, as Mia heard?"
     )
