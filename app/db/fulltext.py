@@ -84,8 +84,8 @@ def match_share(total: int) -> float:
 
 def _rows_in(session: Session, scope: FulltextScope, params: dict[str, Any]) -> int:
     """The scope's rows, up to COUNT_CAP, remembered for USER_ROWS_TTL_S: asked only of users
-    past the sample, whose count (an index-only scan) is what a search of theirs would
-    otherwise spend most on after the match itself."""
+    past the sample, whose count would otherwise cost each of their searches more than
+    anything but the match itself."""
     where = scope.size_where or scope.where
 
     def count() -> int:

@@ -41,11 +41,20 @@ def _pattern(form: str) -> str:
     return rf"(?<!\w){re.escape(form)}(?:['\u2019]s)?(?!\w)"
 
 
+def first_mention(query: str, speaker: str) -> tuple[int, int] | None:
+    """Where the query first names the speaker as a whole word ("Kate's" names Kate), by
+    any of its forms; None when it does not."""
+    spans = [
+        found.span()
+        for form in name_forms(speaker)
+        if (found := re.search(_pattern(form), query, re.IGNORECASE)) is not None
+    ]
+    return min(spans) if spans else None
+
+
 def names_speaker(query: str, speaker: str) -> bool:
     """Whether the query names the speaker as a whole word ("Kate's" names Kate)."""
-    return any(
-        re.search(_pattern(form), query, re.IGNORECASE) is not None for form in name_forms(speaker)
-    )
+    return first_mention(query, speaker) is not None
 
 
 # Between two names, what makes them one subject ("Kate and Elise", "Kate & Elise's").
@@ -58,16 +67,11 @@ def subject_speaker(query: str, speakers: Iterable[str]) -> str | None:
     Kate's advice?" is about Elise, "What do Elise and Kate share?" about no one alone).
     On the development conversations, 87 % of the evidence of questions naming two speakers
     apart was said by the first-named."""
-    first: list[tuple[int, int, str]] = []
-    for speaker in set(speakers):
-        spans = [
-            m.span()
-            for form in name_forms(speaker)
-            for m in re.finditer(_pattern(form), query, re.IGNORECASE)
-        ]
-        if spans:
-            start, end = min(spans)
-            first.append((start, end, speaker))
+    first = [
+        (*span, speaker)
+        for speaker in set(speakers)
+        if (span := first_mention(query, speaker)) is not None
+    ]
     if len(first) < 2:
         return first[0][2] if first else None
     (_, end, speaker), (start, _, _) = sorted(first)[:2]
