@@ -155,8 +155,8 @@ def bm25_candidates(
             "  LIMIT :sample)"
             " SELECT q.lexeme, q.tf,"
             " (SELECT count(*) FROM s WHERE s.v @@ q.tq) AS df,"
-            " (SELECT count(*) FROM s) AS sampled, (SELECT avg(length(ts_filter(v, '{d}'))"
-            " + :context * length(ts_filter(v, '{c}'))) FROM s) AS avg_len"
+            f" (SELECT count(*) FROM s) AS sampled, (SELECT avg({_LENGTH.format(v='v')})"
+            " FROM s) AS avg_len"
             " FROM q"
         ),
         {
@@ -204,16 +204,25 @@ def bm25_candidates(
     }
 
 
-# A matched row's length (positions counted, a lexeme without any as one, as in the query's
-# statistics) and the query terms it holds with their counts: the tsvector is read in C
-# here, not parsed from its text form in Python for every matched row.
+# A row's length for BM25, in C: its lexemes, one borrowed from a neighbour (label C only)
+# counting CONTEXT_WEIGHT; the sample's average is of the same expression, so the two share
+# a unit (lexemes: a word repeated within one turn is rare).
+_LENGTH = (
+    "(length(ts_filter({v}, CAST(ARRAY['a', 'b', 'd'] AS \"char\"[])))"
+    " + :context * length(ts_filter({v}, CAST(ARRAY['c'] AS \"char\"[]))))"
+)
+
+# A matched row's length and the query terms it holds with their counts (a position labelled
+# C counting CONTEXT_WEIGHT of one): the tsvector is cut down to the query's terms in C, by
+# deleting every lexeme that is not one, and only those few are unnested. Unnesting the whole
+# tsvector of each of a hundred rows cost more than finding them (~40 us a row).
 _MATCHED = (
-    "SELECT m.id, d.doc_len, d.lexemes, d.tfs FROM {match} AS m CROSS JOIN LATERAL ("
-    " SELECT sum(u.tf) AS doc_len,"
-    "  array_agg(u.lexeme) FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS lexemes,"
-    "  array_agg(u.tf) FILTER (WHERE u.lexeme = ANY(CAST(:terms AS text[]))) AS tfs"
-    " FROM (SELECT x.lexeme, CASE WHEN cardinality(x.weights) > 0 THEN"
-    "   cardinality(array_remove(x.weights, 'C'))"
-    "   + :context * (cardinality(x.weights) - cardinality(array_remove(x.weights, 'C')))"
-    "   ELSE 1 END AS tf FROM unnest(m.v) AS x) AS u) AS d"
+    "SELECT m.id, " + _LENGTH.format(v="m.v") + " AS doc_len, d.lexemes, d.tfs"  # noqa: S608
+    " FROM {match} AS m CROSS JOIN LATERAL ("
+    " SELECT array_agg(x.lexeme) AS lexemes, array_agg(CASE WHEN cardinality(x.weights) > 0"
+    "  THEN cardinality(x.weights)"
+    "  - (1 - :context) * cardinality(array_positions(x.weights, 'C'))"
+    "  ELSE 1 END) AS tfs"
+    " FROM unnest(ts_delete(m.v, tsvector_to_array(ts_delete(m.v, CAST(:terms AS text[])))))"
+    "  AS x) AS d"
 )
