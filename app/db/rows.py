@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,24 +33,42 @@ def _pyformat(statement: str) -> str:
     return _BIND.sub(r"%(\1)s", statement.replace("%", "%%"))
 
 
+def _bound(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The parameters, a list of uuids as the text of a Postgres array ("{…,…}"): psycopg
+    dumps a list element by element, each through a regular expression that decides its
+    quoting, and a search sends a few hundred ids (the statements CAST them to uuid[])."""
+    if not params:
+        return {}
+    return {
+        name: (
+            "{" + ",".join(map(str, value)) + "}"
+            if isinstance(value, list | tuple)
+            and value
+            and all(type(item) is uuid.UUID for item in value)
+            else value
+        )
+        for name, value in params.items()
+    }
+
+
 def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> list[Any]:
     """The rows of a read statement as named tuples (`row.column`), in the session's
     transaction."""
     with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
-        cursor.execute(_pyformat(statement), params or {}, prepare=True)
+        cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         return cursor.fetchall() if cursor.description is not None else []
 
 
 def run(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> None:
     """A statement whose rows, if any, are not wanted (SET LOCAL, set_config)."""
     with _driver(session).cursor() as cursor:
-        cursor.execute(_pyformat(statement), params or {})
+        cursor.execute(_pyformat(statement), _bound(params))
 
 
 def fetch_value(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> Any:
     """The first column of the first row, None without one."""
     with _driver(session).cursor() as cursor:
-        cursor.execute(_pyformat(statement), params or {}, prepare=True)
+        cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         row = cursor.fetchone() if cursor.description is not None else None
     return row[0] if row else None
 

@@ -53,3 +53,26 @@ def test_a_driver_read_sees_its_own_tenant_only(tenant: str) -> None:
             )
             == "our note"
         )
+
+
+def test_lists_of_ids_arrive_as_the_ids_they_are(tenant: str) -> None:
+    """Lists of uuids travel as the text of a Postgres array (app/db/rows.py `_bound`);
+    other lists and the empty list as psycopg sends them."""
+    ids = [uuid.uuid4() for _ in range(300)]
+    with unit_of_work(tenant) as session:
+        got = fetch(
+            session,
+            "SELECT x FROM unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS u(x, n) ORDER BY n",
+            {"ids": ids},
+        )
+        assert [r.x for r in got] == ids
+        assert fetch_value(session, "SELECT CAST(:ids AS uuid[])", {"ids": tuple(ids[:2])}) == [
+            *ids[:2]
+        ]
+        assert fetch_value(session, "SELECT cardinality(CAST(:ids AS uuid[]))", {"ids": []}) == 0
+        assert fetch_value(
+            session, "SELECT CAST(:names AS text[])", {"names": ["{a,b}", 'say "hi"', ""]}
+        ) == ["{a,b}", 'say "hi"', ""]
+        assert fetch_value(
+            session, "SELECT :id = ANY(CAST(:ids AS uuid[]))", {"id": ids[7], "ids": ids}
+        )
