@@ -41,6 +41,7 @@ from app.services import procedures
 from app.services.access import record_retrieval
 from app.services.context_block import (
     Packer,
+    day_of,
     item_line,
     normalised,
     quoted,
@@ -64,9 +65,10 @@ from app.text.untrusted import suspected
 
 CONVERSATION_SHARE = 0.4
 SUMMARY_SHARE = 0.25
-# Ranked turns are short: a 2,000-token budget holds about fifty when the conversation is short
-# (long ones shortened to ITEM_SHARE), so more candidates than that are asked for: an item
-# that does not fit is skipped and a shorter one after it may still fit.
+# Ranked turns are short: a 2,000-token budget holds about seventy when the conversation is
+# short (long ones shortened to ITEM_SHARE), so more candidates than that are asked for: an item
+# that does not fit is skipped and a shorter one after it may still fit. 100 instead held as
+# much evidence on the held-out conversations (bench/conversations.py), at a dearer search.
 MEMORY_CANDIDATES = 80
 # One ranked item shows at most this share of the budget (its head, then "…"; the part keeps
 # the whole text): one long message no longer crowds out several relevant ones
@@ -286,10 +288,11 @@ def assemble_context(
         if counted > limit:
             line = shortened(line, limit)
             counted = count_tokens("\n" + line)
-        if not packer.fits("memories", counted):
+        day = day_of(item["occurred_at"])
+        if not packer.fits("memories", counted, day):
             continue
         flagged = suspected(line, stored=bool(item.get("suspected_instruction")))
-        if packer.add("memories", quoted(line, flagged), None if flagged else counted):
+        if packer.add("memories", quoted(line, flagged), None if flagged else counted, day):
             chosen.append({**item, "suspected_instruction": flagged})
             in_block.add(normalised(item["content"]))
     parts["memories"] = chosen

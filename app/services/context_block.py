@@ -1,8 +1,13 @@
 """The context block's lines and how they are packed into a token budget.
 
-Every line is laid out here (a live turn with its time, a ranked turn with its date and
-speaker, a memory with its kind), and the packer keeps the block's sections in their fixed
-order whatever order they were packed in (app/services/context.py decides what goes in).
+Every line is laid out here (a live turn with its time, a ranked turn with its speaker, a
+memory with its kind), and the packer keeps the block's sections in their fixed order
+whatever order they were packed in (app/services/context.py decides what goes in).
+
+Ranked turns and memories are chosen by relevance and shown as a timeline: under a header
+per day, in the order they happened, so an exchange reads in its order and a date is written
+once for all that happened on it, not in each line (twelve tokens of a 29-token line on the
+development conversations; bench/conversations.py's context recall).
 """
 
 from __future__ import annotations
@@ -24,38 +29,74 @@ HEADERS = {
 }
 
 
+@dataclass(frozen=True)
+class Day:
+    """Where a dated line goes: under its day's header, in time order."""
+
+    header: str
+    at: datetime
+
+
+def day_of(at: datetime) -> Day:
+    return Day(f"### {at:%Y-%m-%d}", at)
+
+
 @dataclass
 class Packer:
     budget: int
     used: int = 0
     sections: dict[str, list[str]] = field(default_factory=dict)
+    # A dated section's lines per day header: (time, arrival, line).
+    days: dict[str, dict[str, list[tuple[datetime, int, str]]]] = field(default_factory=dict)
 
-    def add(self, section: str, line: str, counted: int | None = None) -> bool:
-        """`counted`: the tokens of "\n" + line when the caller counted them (in a batch)."""
-        cost = self._cost(section, count_tokens("\n" + line) if counted is None else counted)
+    def add(
+        self, section: str, line: str, counted: int | None = None, day: Day | None = None
+    ) -> bool:
+        """`counted`: the tokens of "\n" + line when the caller counted them (in a batch);
+        `day`: the line goes under its day (see the module docstring)."""
+        counted = count_tokens("\n" + line) if counted is None else counted
+        cost = self._cost(section, counted, day)
         if self.used + cost > self.budget:
             return False
-        self.sections.setdefault(section, []).append(line)
+        lines = self.sections.setdefault(section, [])
+        if day is None:
+            lines.append(line)
+        else:
+            dated = self.days.setdefault(section, {}).setdefault(day.header, [])
+            dated.append((day.at, len(lines), line))
+            lines.append(line)
         self.used += cost
         return True
 
-    def fits(self, section: str, counted: int) -> bool:
+    def fits(self, section: str, counted: int, day: Day | None = None) -> bool:
         """Whether a line of `counted` tokens (with its separator) would still fit."""
-        return self.used + self._cost(section, counted) <= self.budget
+        return self.used + self._cost(section, counted, day) <= self.budget
 
-    def _cost(self, section: str, counted: int) -> int:
+    def _cost(self, section: str, counted: int, day: Day | None) -> int:
         # Each piece is counted with the separator before it: free for the shipped WordPiece,
         # a token (or part of one) for the BPE tokenizers operators may configure.
         header = 0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
+        if day is not None and day.header not in self.days.get(section, {}):
+            header += count_tokens("\n" + day.header)
         return counted + header
 
     def text(self) -> str:
         blocks = [
-            "\n".join([HEADERS[name], *self.sections[name]])
+            "\n".join([HEADERS[name], *self._lines(name)])
             for name in HEADERS
             if self.sections.get(name)
         ]
         return "\n\n".join(blocks)
+
+    def _lines(self, section: str) -> list[str]:
+        days = self.days.get(section)
+        if not days:
+            return self.sections[section]
+        lines: list[str] = []
+        for header in sorted(days):
+            lines.append(header)
+            lines += [line for _, _, line in sorted(days[header], key=lambda e: e[:2])]
+        return lines
 
 
 def turn_line(turn: WorkingTurn) -> str:
@@ -73,16 +114,13 @@ def summary_text(summary: str) -> str:
     return "\n".join(quoted(line, suspected(line)) for line in summary.splitlines())
 
 
-def memory_line(content: str, occurred_at: datetime, kind: str) -> str:
-    return f"- [{occurred_at:%Y-%m-%d}] {' '.join(content.split())} ({kind})"
-
-
 def item_line(item: dict[str, Any]) -> str:
-    """A ranked turn as said (date, speaker, words); a memory with its kind."""
+    """A ranked turn as said (speaker, words); a memory with its kind. Both go under their
+    day (`day_of`)."""
     if item["layer"] == "turn":
         who = " ".join((item.get("speaker") or item.get("role") or "someone").split())
-        return f"- [{item['occurred_at']:%Y-%m-%d}] {who}: {' '.join(item['content'].split())}"
-    return memory_line(item["content"], item["occurred_at"], item["kind"])
+        return f"- {who}: {' '.join(item['content'].split())}"
+    return f"- {' '.join(item['content'].split())} ({item['kind']})"
 
 
 def shortened(line: str, limit: int) -> str:

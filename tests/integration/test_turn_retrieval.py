@@ -163,7 +163,9 @@ def test_context_packs_the_ranked_turns_with_date_and_speaker(
         client=redis_client,
     )
     memories = result.text.split("## Relevant memories")[1]
-    assert "- [2024-01-08] Nico: I bought a red kayak at the harbour shop." in memories
+    assert "### 2024-01-08\n- Nico: I bought a red kayak at the harbour shop." in memories
+    days = [line for line in memories.splitlines() if line.startswith("### ")]
+    assert days == sorted(days) and len(days) == len(set(days))  # a timeline, a day once
 
 
 def test_a_long_turn_shows_its_head_in_the_context_and_keeps_its_text_in_the_parts(
@@ -187,8 +189,10 @@ def test_a_long_turn_shows_its_head_in_the_context_and_keeps_its_text_in_the_par
         client=redis_client,
     )
     shown = result.text.split("## Relevant memories")[1]
-    head = next(line for line in shown.splitlines() if "red kayak" in line)
-    assert head.startswith("- [2024-01-08] ") and "I bought a red kayak" in head
+    lines = shown.splitlines()
+    at = next(n for n, line in enumerate(lines) if "red kayak" in line)
+    head = lines[at]
+    assert lines[at - 1] == "### 2024-01-08" and head.startswith("- Ona: I bought a red kayak")
     assert head.endswith(" …") and "buoy number 39" not in head
     assert "blue paddle" in shown  # the long turn left room for the next one
     whole = next(p for p in result.parts["memories"] if "red kayak" in p["content"])
