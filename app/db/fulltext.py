@@ -3,20 +3,20 @@
 Two statements: the query's lexemes with their document frequencies over a sample of the
 caller's scope (one user's rows, read under row-level security; past the sample, the user's
 rows are counted too, once a minute), then the rows matching the selecting lexemes, through
-the layer's index-backed match function, with their tsvectors for scoring in Python
-(`app.scoring.retrieval.bm25`). Table, vector expression and scope clause come from the
-layer's own constants, never from input; the query travels as a parameter.
+the layer's index-backed match function, each with its length and its counts of the query's
+terms read from its tsvector in SQL, scored in Python (`app.scoring.retrieval.bm25`). Table,
+vector expression and scope clause come from the layer's own constants, never from input; the
+query travels as a parameter.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db.remembered import KEPT, remembered, scope_key
+from app.db.remembered import keep, recall, remembered, scope_key
 from app.db.rows import fetch, fetch_value
 from app.scoring.retrieval import bm25, bm25_ceiling
 
@@ -150,10 +150,8 @@ def bm25_candidates(
     the score; only the rarer ones select candidates (see `_selecting`). The sample's average
     length is remembered for a minute (AVERAGE_LENGTH_TTL_S): it moves slowly, and measuring
     it reads every sampled tsvector again (~1 ms of a turn search's 2)."""
-    len_key = (*scope_key(session, scope.table, scope.where, params), scope.vector, scope.sample)
-    cached = _average_lengths.get(len_key)
-    fresh = cached is not None and time.monotonic() - cached[1] < AVERAGE_LENGTH_TTL_S
-    known_len = cached[0] if cached is not None and fresh else None
+    len_key = (*scope_key(session, scope.table, scope.where, params), scope)
+    known_len = recall(_average_lengths, len_key, AVERAGE_LENGTH_TTL_S)
     stats = fetch(
         session,
         (
@@ -183,9 +181,7 @@ def bm25_candidates(
     n_docs = int(stats[0].sampled)
     if known_len is None:
         known_len = float(stats[0].avg_len or 1.0)
-        if len(_average_lengths) >= KEPT:
-            _average_lengths.clear()
-        _average_lengths[len_key] = (known_len, time.monotonic())
+        keep(_average_lengths, len_key, known_len)
     avg_len = known_len
     terms = {row.lexeme: int(row.tf) for row in stats}
     df = {row.lexeme: int(row.df) for row in stats}
@@ -220,11 +216,13 @@ def bm25_candidates(
     }
 
 
-# A row's length for BM25, in C: its lexemes, one borrowed from a neighbour (label C only)
-# counting CONTEXT_WEIGHT; the sample's average is of the same expression, so the two share
-# a unit (lexemes: a word repeated within one turn is rare).
+# A row's length for BM25, in C, in lexemes: one the row says (or holds without a position)
+# counts one, one it borrows from a neighbour (label C) CONTEXT_WEIGHT, one it both says and
+# borrows both; the sample's average is of the same expression, so the two share a unit (a
+# word repeated within one turn is rare).
 _LENGTH = (
-    "(length(ts_filter({v}, CAST(ARRAY['a', 'b', 'd'] AS \"char\"[])))"
+    "(length({v}) - length(ts_filter({v}, CAST(ARRAY['a', 'b', 'c', 'd'] AS \"char\"[])))"
+    " + length(ts_filter({v}, CAST(ARRAY['a', 'b', 'd'] AS \"char\"[])))"
     " + :context * length(ts_filter({v}, CAST(ARRAY['c'] AS \"char\"[]))))"
 )
 

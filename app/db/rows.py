@@ -53,7 +53,8 @@ def _bound(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> list[Any]:
     """The rows of a read statement as named tuples (`row.column`), in the session's
-    transaction."""
+    transaction. A list of uuids arrives as text (`_bound`): the statement CASTs it to
+    uuid[] (`id = ANY(...)` would infer it; `unnest(...)` would not)."""
     with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
         cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         return cursor.fetchall() if cursor.description is not None else []

@@ -98,6 +98,9 @@ def _scope(
 ) -> None:
     """set_tenant and set_agent in one statement: every unit of work opens with it, and
     background steps open many small ones."""
+    # What row-level security lets this transaction see, for per-process memos of what it
+    # read (app/db/remembered.py scope_key): an agent's private rows are not another's.
+    session.info["rls_scope"] = (tenant_id, agent_id, all_agents)
     settings: list[tuple[str, str]] = [GENERIC_PLANS] if generic_plans else []
     if tenant_id is not None:
         settings.append((TENANT_SETTING, tenant_id))

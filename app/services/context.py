@@ -4,7 +4,8 @@ Parts are packed into the token budget in this priority order, each part taking 
   1. the live conversation — newest L1 turns, up to 40 % of the budget;
   2. the summary of older working-memory turns, when it takes at most 25 % of the budget;
   3. turns and memories relevant to the query (hybrid search, or the prefetched set when
-     fresh): ranked turns with their date and speaker, memories that cite no turn;
+     fresh): ranked turns with their speaker, memories that cite no turn, under a header
+     per day in the order they happened (app/services/context_block.py);
   4. a procedural suggestion, when one is confident enough for this query (and a longer
      summary, if it still fits);
   5. graph facts about the entities the chosen memories name.

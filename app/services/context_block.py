@@ -13,7 +13,7 @@ development conversations; bench/conversations.py's context recall).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from app.layers.working.store import WorkingTurn
@@ -38,6 +38,9 @@ class Day:
 
 
 def day_of(at: datetime) -> Day:
+    """The line's day in UTC, as stored times are (a time without a zone is taken as UTC),
+    so lines from anywhere sort on one clock."""
+    at = at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
     return Day(f"### {at:%Y-%m-%d}", at)
 
 
@@ -45,8 +48,9 @@ def day_of(at: datetime) -> Day:
 class Packer:
     budget: int
     used: int = 0
+    # A section's lines as packed; those packed with a day, per day header, as (time,
+    # arrival, line).
     sections: dict[str, list[str]] = field(default_factory=dict)
-    # A dated section's lines per day header: (time, arrival, line).
     days: dict[str, dict[str, list[tuple[datetime, int, str]]]] = field(default_factory=dict)
 
     def add(
@@ -58,13 +62,11 @@ class Packer:
         cost = self._cost(section, counted, day)
         if self.used + cost > self.budget:
             return False
-        lines = self.sections.setdefault(section, [])
         if day is None:
-            lines.append(line)
+            self.sections.setdefault(section, []).append(line)
         else:
-            dated = self.days.setdefault(section, {}).setdefault(day.header, [])
-            dated.append((day.at, len(lines), line))
-            lines.append(line)
+            dated = self.days.setdefault(section, {})
+            dated.setdefault(day.header, []).append((day.at, self._packed(section), line))
         self.used += cost
         return True
 
@@ -72,27 +74,28 @@ class Packer:
         """Whether a line of `counted` tokens (with its separator) would still fit."""
         return self.used + self._cost(section, counted, day) <= self.budget
 
+    def _packed(self, section: str) -> int:
+        dated = sum(len(entries) for entries in self.days.get(section, {}).values())
+        return len(self.sections.get(section, ())) + dated
+
     def _cost(self, section: str, counted: int, day: Day | None) -> int:
         # Each piece is counted with the separator before it: free for the shipped WordPiece,
         # a token (or part of one) for the BPE tokenizers operators may configure.
-        header = 0 if section in self.sections else count_tokens("\n\n" + HEADERS[section])
+        header = 0 if self._packed(section) else count_tokens("\n\n" + HEADERS[section])
         if day is not None and day.header not in self.days.get(section, {}):
             header += count_tokens("\n" + day.header)
         return counted + header
 
     def text(self) -> str:
         blocks = [
-            "\n".join([HEADERS[name], *self._lines(name)])
-            for name in HEADERS
-            if self.sections.get(name)
+            "\n".join([HEADERS[name], *self._lines(name)]) for name in HEADERS if self._packed(name)
         ]
         return "\n\n".join(blocks)
 
     def _lines(self, section: str) -> list[str]:
-        days = self.days.get(section)
-        if not days:
-            return self.sections[section]
-        lines: list[str] = []
+        """Undated lines as packed, then the dated ones day by day."""
+        lines = list(self.sections.get(section, ()))
+        days = self.days.get(section, {})
         for header in sorted(days):
             lines.append(header)
             lines += [line for _, _, line in sorted(days[header], key=lambda e: e[:2])]

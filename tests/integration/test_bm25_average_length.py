@@ -74,3 +74,39 @@ def test_a_user_without_rows_is_not_remembered(tenant: str) -> None:
     assert _remembered(tenant, "nobody") == []
     _remember(tenant, "nobody", ["peanut butter"])
     assert _search(tenant, "nobody", "peanut")
+
+
+def test_an_agents_private_rows_do_not_reach_anothers_statistics(tenant: str) -> None:
+    """Row-level security hides an agent's private memories from other agents; the
+    remembered average is kept per what the transaction sees, so it hides them too."""
+    user = "bo"
+    _remember(tenant, user, ["peanut allergy", "walnut allergy", "tea"])
+    long = " ".join(f"word{n}" for n in range(60))
+    with unit_of_work(tenant, agent_id="alpha") as session:
+        for n in range(3):
+            session.execute(
+                text(
+                    "INSERT INTO semantic.memories (id, tenant_id, user_id, agent_id, kind,"
+                    " content, content_hash, occurred_at, valid_from) VALUES (:id, :t, :u,"
+                    " 'alpha', 'fact', :c, :h, :at, :at)"
+                ),
+                {
+                    "id": uuid.uuid4(),
+                    "t": tenant,
+                    "u": user,
+                    "c": f"{long} {n}",
+                    "h": uuid.uuid4().hex,
+                    "at": T0 + timedelta(hours=n),
+                },
+            )
+
+    def search_as(agent: str | None) -> dict[Any, float]:
+        with unit_of_work(tenant, agent_id=agent, generic_plans=True) as session:
+            return lexical_candidates(session, MemoryFilter(tenant, user), "peanut", limit=10)
+
+    alpha = search_as("alpha")
+    beta = search_as("beta")
+    fulltext._average_lengths.clear()
+    assert search_as("beta") == beta  # what beta ranks does not depend on who asked first
+    assert search_as("alpha") == alpha
+    assert alpha != beta

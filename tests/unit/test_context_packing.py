@@ -4,7 +4,7 @@ block never runs over it whatever order lines are packed in."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +24,24 @@ def test_dated_lines_read_as_a_timeline_a_day_written_once() -> None:
         "## Relevant memories\n### 2024-03-01\n- A\n- B\n### 2024-03-02\n- D\n- C"
         "\n\n## Suggested procedure\nbuild → ship"
     )
+
+
+def test_undated_lines_come_first_and_none_is_lost() -> None:
+    packer = Packer(500)
+    packer.add("memories", "- dated", day=day_of(T0))
+    packer.add("memories", "- same words")
+    packer.add("memories", "- same words", day=day_of(T0 - timedelta(days=1)))
+    assert packer.text() == (
+        "## Relevant memories\n- same words\n### 2024-02-29\n- same words\n### 2024-03-01\n- dated"
+    )
+
+
+def test_times_from_any_zone_share_one_clock() -> None:
+    packer = Packer(500)
+    packer.add("memories", "- late", day=day_of(datetime(2024, 3, 1, 23, 30)))  # UTC, naive
+    east = timezone(timedelta(hours=5))
+    packer.add("memories", "- early", day=day_of(datetime(2024, 3, 2, 1, 0, tzinfo=east)))
+    assert packer.text() == "## Relevant memories\n### 2024-03-01\n- early\n- late"
 
 
 def test_a_new_day_costs_its_header() -> None:
