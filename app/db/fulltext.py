@@ -216,13 +216,14 @@ def bm25_candidates(
     }
 
 
-# A row's length for BM25, in C, in lexemes: one the row says (or holds without a position)
-# counts one, one it borrows from a neighbour (label C) CONTEXT_WEIGHT, one it both says and
-# borrows both; the sample's average is of the same expression, so the two share a unit (a
-# word repeated within one turn is rare).
+# A row's length for BM25, in C, in lexemes: one the row says counts one, one it borrows from
+# a neighbour (label C) CONTEXT_WEIGHT, one it both says and borrows both; the sample's
+# average is of the same expression, so the two share a unit (a word repeated within one turn
+# is rare). A lexeme without positions counts nothing here nor in the term counts below:
+# stored keys never have one (to_tsvector positions every lexeme), and counting them would
+# cost every row a third pass.
 _LENGTH = (
-    "(length({v}) - length(ts_filter({v}, CAST(ARRAY['a', 'b', 'c', 'd'] AS \"char\"[])))"
-    " + length(ts_filter({v}, CAST(ARRAY['a', 'b', 'd'] AS \"char\"[])))"
+    "(length(ts_filter({v}, CAST(ARRAY['a', 'b', 'd'] AS \"char\"[])))"
     " + :context * length(ts_filter({v}, CAST(ARRAY['c'] AS \"char\"[]))))"
 )
 
@@ -233,10 +234,8 @@ _LENGTH = (
 _MATCHED = (
     "SELECT m.id, " + _LENGTH.format(v="m.v") + " AS doc_len, d.lexemes, d.tfs"  # noqa: S608
     " FROM {match} AS m CROSS JOIN LATERAL ("
-    " SELECT array_agg(x.lexeme) AS lexemes, array_agg(CASE WHEN cardinality(x.weights) > 0"
-    "  THEN cardinality(x.weights)"
-    "  - (1 - :context) * cardinality(array_positions(x.weights, 'C'))"
-    "  ELSE 1 END) AS tfs"
+    " SELECT array_agg(x.lexeme) AS lexemes, array_agg(coalesce(cardinality(x.weights)"
+    "  - (1 - :context) * cardinality(array_positions(x.weights, 'C')), 0)) AS tfs"
     " FROM unnest(ts_delete(m.v, tsvector_to_array(ts_delete(m.v, CAST(:terms AS text[])))))"
     "  AS x) AS d"
 )
