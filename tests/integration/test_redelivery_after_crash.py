@@ -60,7 +60,13 @@ def test_sigkill_mid_batch_then_reclaim_is_exactly_once(
         producer.send_many(events[start : start + 1000])
 
     with celery_worker(settings, ENGRAM_CONSUMER_BATCH_SIZE="200") as doomed:
-        assert wait_for(lambda: _count(tenant) > 0, timeout=60)
+        # Killed once it has stored some turns and holds more unacknowledged (between two
+        # batches it may briefly hold none).
+        assert wait_for(
+            lambda: _count(tenant) > 0 and _pending(redis_client, settings) > 0,
+            timeout=60,
+            every=0.02,
+        )
         held = _pending(redis_client, settings)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait()
