@@ -17,19 +17,21 @@ from app.layers.semantic.search import MemoryFilter, lexical_candidates
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 
 
-def _remember(tenant: str, user: str, contents: list[str]) -> None:
-    with unit_of_work(tenant) as session:
+def _remember(tenant: str, user: str, contents: list[str], agent: str | None = None) -> None:
+    """Memories of the user (private to `agent` when given), a minute apart."""
+    with unit_of_work(tenant, agent_id=agent) as session:
         for n, content in enumerate(contents):
             session.execute(
                 text(
-                    "INSERT INTO semantic.memories (id, tenant_id, user_id, kind, content,"
-                    " content_hash, occurred_at, valid_from) VALUES (:id, :t, :u, 'fact', :c,"
-                    " :h, :at, :at)"
+                    "INSERT INTO semantic.memories (id, tenant_id, user_id, agent_id, kind,"
+                    " content, content_hash, occurred_at, valid_from) VALUES (:id, :t, :u, :a,"
+                    " 'fact', :c, :h, :at, :at)"
                 ),
                 {
                     "id": uuid.uuid4(),
                     "t": tenant,
                     "u": user,
+                    "a": agent,
                     "c": content,
                     "h": uuid.uuid4().hex,
                     "at": T0 + timedelta(minutes=n),
@@ -82,23 +84,7 @@ def test_an_agents_private_rows_do_not_reach_anothers_statistics(tenant: str) ->
     user = "bo"
     _remember(tenant, user, ["peanut allergy", "walnut allergy", "tea"])
     long = " ".join(f"word{n}" for n in range(60))
-    with unit_of_work(tenant, agent_id="alpha") as session:
-        for n in range(3):
-            session.execute(
-                text(
-                    "INSERT INTO semantic.memories (id, tenant_id, user_id, agent_id, kind,"
-                    " content, content_hash, occurred_at, valid_from) VALUES (:id, :t, :u,"
-                    " 'alpha', 'fact', :c, :h, :at, :at)"
-                ),
-                {
-                    "id": uuid.uuid4(),
-                    "t": tenant,
-                    "u": user,
-                    "c": f"{long} {n}",
-                    "h": uuid.uuid4().hex,
-                    "at": T0 + timedelta(hours=n),
-                },
-            )
+    _remember(tenant, user, [f"{long} {n}" for n in range(3)], agent="alpha")
 
     def search_as(agent: str | None) -> dict[Any, float]:
         with unit_of_work(tenant, agent_id=agent, generic_plans=True) as session:
