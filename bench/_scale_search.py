@@ -169,8 +169,8 @@ def run_size(
 
     # This machine's kernel pages out file pages left unread for about a minute (DAMON's
     # pageout scheme), so a database the previous size's phase left idle was read back from
-    # disk by its first searches: on the 1M database p95 was 76.7 ms cold and 22.5 ms after
-    # this read, which measured the disk, not the search path. A server keeps its hot pages.
+    # disk by its first searches, which measured the disk, not the search path. A server
+    # keeps its hot pages.
     started = time.perf_counter()
     blocks = probe.prewarm(database, ("semantic", "episodic"))
     read_s = time.perf_counter() - started

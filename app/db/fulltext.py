@@ -149,7 +149,8 @@ def bm25_candidates(
     a sample of a big user's rows estimates well, at a bounded cost. All query terms count in
     the score; only the rarer ones select candidates (see `_selecting`). The sample's average
     length is remembered for a minute (AVERAGE_LENGTH_TTL_S): it moves slowly, and measuring
-    it reads every sampled tsvector again (~1 ms of a turn search's 2)."""
+    it reads every sampled tsvector again (bench/conversations.py: API search p95 down by
+    a few ms with the match cut below)."""
     len_key = (*scope_key(session, scope.table, scope.where, params), scope)
     known_len = recall(_average_lengths, len_key, AVERAGE_LENGTH_TTL_S)
     stats = fetch(
@@ -230,7 +231,7 @@ _LENGTH = (
 # A matched row's length and the query terms it holds with their counts (a position labelled
 # C counting CONTEXT_WEIGHT of one): the tsvector is cut down to the query's terms in C, by
 # deleting every lexeme that is not one, and only those few are unnested. Unnesting the whole
-# tsvector of each of a hundred rows cost more than finding them (~40 us a row).
+# tsvector of each of a hundred rows cost more than finding them.
 _MATCHED = (
     "SELECT m.id, " + _LENGTH.format(v="m.v") + " AS doc_len, d.lexemes, d.tfs"  # noqa: S608
     " FROM {match} AS m CROSS JOIN LATERAL ("
