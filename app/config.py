@@ -12,6 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLOWER_PASSWORD = "engram-dev"  # noqa: S105 - refused by `check_production`
 METRICS_TOKEN_MIN_CHARS = 16
+# A memory keeps its vector in its row, and a row must fit one 8 KB page: 4 bytes a dimension
+# beside up to ~480 bytes of the row's other inline values, so past ~1,900 dimensions a memory
+# with long ids is refused ("row is too big") and the worker storing it fails (pgvector's HNSW
+# index stops at 2,000). 1,536, OpenAI's text-embedding-3-small, leaves room for new columns.
+MAX_EMBEDDING_DIM = 1536
 REDIS_BROKER_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
 AMQP_BROKER_SCHEMES = ("amqp", "amqps", "pyamqp")
 BROKER_SCHEMES = REDIS_BROKER_SCHEMES + AMQP_BROKER_SCHEMES
@@ -150,7 +155,11 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(default=3, ge=0, le=10)
 
     # L3 semantic.
-    embedding_dim: int = Field(default=384, ge=1, le=16_000)
+    # A bigger model is asked for fewer dimensions (embedding_request_dim): see
+    # MAX_EMBEDDING_DIM.
+    embedding_dim: int = Field(
+        default=384, ge=1, description="vector dimension of the schema (at most 1,536)"
+    )
     embedding_backend: Literal["local", "openai"] = "local"
     embedding_base_url: str = Field(
         default="https://api.openai.com/v1", description="OpenAI-compatible API, sans /embeddings"
@@ -159,6 +168,11 @@ class Settings(BaseSettings):
         default="text-embedding-3-small", description="model name sent to the openai backend"
     )
     embedding_api_key: SecretStr | None = None
+    embedding_request_dim: bool = Field(
+        default=False,
+        description="send `dimensions` = ENGRAM_EMBEDDING_DIM to the openai backend (OpenAI's"
+        " text-embedding-3 models shorten their vectors to it; most other servers refuse it)",
+    )
     embedding_timeout_s: float = Field(default=30.0, gt=0)
     # Long enough for what re-embeds a text (a gem after its turn's passages, retries, a
     # search repeated within the day); every cached vector costs ~2 KB of Redis per text.
@@ -340,6 +354,18 @@ class Settings(BaseSettings):
         ):
             raise ValueError("ENGRAM_SALIENCE_WEIGHT_* must not all be zero")
         return self
+
+    @field_validator("embedding_dim")
+    @classmethod
+    def dimension_a_memory_row_holds(cls, dim: int) -> int:
+        if dim > MAX_EMBEDDING_DIM:
+            raise ValueError(
+                f"ENGRAM_EMBEDDING_DIM={dim} is more than a memory row holds"
+                f" ({MAX_EMBEDDING_DIM}): ask the model for fewer dimensions"
+                f" (ENGRAM_EMBEDDING_REQUEST_DIM=true with OpenAI's text-embedding-3 models)"
+                " or choose a smaller model"
+            )
+        return dim
 
     @field_validator("celery_broker_url")
     @classmethod

@@ -6,7 +6,7 @@ import threading
 
 import redis
 
-from app.config import Settings
+from app.config import MAX_EMBEDDING_DIM, Settings
 from app.embedding.base import Embedder, EmbeddingDimensionError
 from app.embedding.cache import CachedEmbedder
 from app.embedding.local import LocalEmbedder
@@ -36,6 +36,7 @@ def get_embedder(settings: Settings, client: redis.Redis | None = None) -> Embed
             settings.embedding_model,
             api_key=key.get_secret_value() if key else None,
             timeout_s=settings.embedding_timeout_s,
+            dimensions=settings.embedding_dim if settings.embedding_request_dim else None,
         )
     if client is not None:
         return CachedEmbedder(inner, client, settings)
@@ -46,8 +47,14 @@ def check_dimension(embedder: Embedder, settings: Settings) -> None:
     """Fail at start-up, not at the first INSERT, when model and schema disagree."""
     dim = embedder.dim
     if dim != settings.embedding_dim:
+        other = (
+            f"set ENGRAM_EMBEDDING_DIM={dim} on a new database"
+            if dim <= MAX_EMBEDDING_DIM
+            else "ask it for fewer (ENGRAM_EMBEDDING_REQUEST_DIM=true, OpenAI's"
+            " text-embedding-3 models)"
+        )
         raise EmbeddingDimensionError(
             f"embedding model {embedder.name} gives {dim} dims, schema has "
             f"{settings.embedding_dim} (ENGRAM_EMBEDDING_DIM): choose a model with "
-            f"{settings.embedding_dim} dims, or set ENGRAM_EMBEDDING_DIM={dim} on a new database"
+            f"{settings.embedding_dim} dims, or {other}"
         )

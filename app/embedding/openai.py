@@ -29,7 +29,9 @@ MAX_INPUTS_PER_REQUEST = 256
 
 
 class OpenAICompatibleEmbedder:
-    """`dim` is learnt from the server (one probe on first access) so it can be checked."""
+    """`dim` is learnt from the server (one probe on first access) so it can be checked.
+    `dimensions`, when given, is sent with every request: OpenAI's text-embedding-3 models
+    shorten their vectors to it, so a 3,072-dim model fits a schema an index can serve."""
 
     def __init__(
         self,
@@ -41,10 +43,13 @@ class OpenAICompatibleEmbedder:
         retries: int = 3,
         backoff_s: float = 0.5,
         batch_size: int = MAX_INPUTS_PER_REQUEST,
+        dimensions: int | None = None,
     ) -> None:
         self.url = endpoint(base_url, "/embeddings")
         self.model = model
-        self.name = f"openai:{model}"
+        # Part of the cache key: the same model asked for fewer dimensions gives other vectors.
+        self.name = f"openai:{model}" if dimensions is None else f"openai:{model}:{dimensions}"
+        self.dimensions = dimensions
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
@@ -68,7 +73,10 @@ class OpenAICompatibleEmbedder:
         return out
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        reply = self._post_with_retries({"model": self.model, "input": texts})
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self.dimensions is not None:
+            body["dimensions"] = self.dimensions
+        reply = self._post_with_retries(body)
         return self._vectors_from(reply, len(texts))
 
     def _post_with_retries(self, body: dict[str, Any]) -> Any:

@@ -54,7 +54,7 @@ class FakeEndpoint:
                     items = [{"index": 0, "embedding": ["0.1"] * endpoint.dim}]
                     self.reply(200, json.dumps({"data": items}).encode())
                 else:
-                    self.reply(200, endpoint.answer(body["input"]))
+                    self.reply(200, endpoint.answer(body["input"], body.get("dimensions")))
 
             def reply(self, status: int, payload: bytes) -> None:
                 self.send_response(status)
@@ -67,10 +67,12 @@ class FakeEndpoint:
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
-    def answer(self, texts: list[str]) -> bytes:
-        """Deterministic, not normalised, listed in reverse (clients must follow `index`)."""
+    def answer(self, texts: list[str], dimensions: int | None = None) -> bytes:
+        """Deterministic, not normalised, listed in reverse (clients must follow `index`);
+        `dimensions` asked for shortens the vectors, as OpenAI's text-embedding-3 models do."""
+        dim = min(dimensions, self.dim) if dimensions else self.dim
         items = [
-            {"object": "embedding", "index": i, "embedding": vector_of(text, self.dim)}
+            {"object": "embedding", "index": i, "embedding": vector_of(text, dim)}
             for i, text in enumerate(texts)
         ]
         reply = {"object": "list", "data": items[::-1], "model": "fake", "usage": {}}
@@ -198,3 +200,28 @@ def test_a_changing_dimension_within_replies_is_an_error(endpoint: FakeEndpoint)
     endpoint.dim = 8
     with pytest.raises(EmbeddingError, match="8 dims, expected 384"):
         embedder.embed(["second"])
+
+
+def test_a_bigger_model_is_asked_for_the_schema_dimension_when_configured(
+    endpoint: FakeEndpoint, settings: Settings
+) -> None:
+    endpoint.dim = 3072
+    configured = settings.model_copy(
+        update={
+            "embedding_backend": "openai",
+            "embedding_base_url": endpoint.url,
+            "embedding_model": "large-model",
+            "embedding_timeout_s": 2.0,
+        }
+    )
+    unasked = get_embedder(configured)
+    with pytest.raises(EmbeddingDimensionError, match="ENGRAM_EMBEDDING_REQUEST_DIM=true"):
+        check_dimension(unasked, configured)
+    assert "dimensions" not in endpoint.requests[-1]["body"]
+    asked = get_embedder(configured.model_copy(update={"embedding_request_dim": True}))
+    check_dimension(asked, configured)
+    (vector,) = asked.embed(["a shortened vector"])
+    assert len(vector) == 384
+    assert endpoint.requests[-1]["body"]["dimensions"] == 384
+    # Shortened vectors are other vectors: they are cached under another name.
+    assert asked.name == "openai:large-model:384" != unasked.name
