@@ -14,7 +14,9 @@ store and read back, shared by the event model and the REST request models.
   Recursive encoders (the stdlib's, FastAPI's) give up some hundreds of levels down; 32 is
   far beyond any real metadata and far below any of them.
 - **Text** holds no NUL (Postgres text and jsonb refuse it) and no lone surrogate (not UTF-8:
-  neither Redis nor Postgres can be sent it).
+  neither Redis nor Postgres can be sent it). A memory's content also holds something to
+  read: whitespace and invisible format characters alone (zero-width spaces, direction
+  marks) would be stored as an empty memory that every search and context then carries.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -65,6 +68,22 @@ def text_problem(value: str) -> str | None:
 def check_text(value: str) -> str:
     """Pydantic AfterValidator form of `text_problem`."""
     problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def blank_problem(value: str) -> str | None:
+    """Why this text has nothing to read (only whitespace or invisible format characters),
+    or None."""
+    if any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in value):
+        return None
+    return "must contain visible text, not only whitespace or invisible characters"
+
+
+def check_worded(value: str) -> str:
+    """Pydantic AfterValidator form of `blank_problem`."""
+    problem = blank_problem(value)
     if problem:
         raise ValueError(problem)
     return value
@@ -167,6 +186,8 @@ def _storable_metadata(value: Any) -> Any:
 
 Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
 SafeText = Annotated[str, AfterValidator(check_text)]
+# A memory's content: storable, and not blank (see the module docstring).
+ContentText = Annotated[str, AfterValidator(check_text), AfterValidator(check_worded)]
 # Client metadata (and each procedure step): storable JSON within ENGRAM_MAX_METADATA_BYTES.
 Metadata = Annotated[dict[str, Any], AfterValidator(_storable_metadata)]
 JsonStep = Annotated[str | dict[str, Any], AfterValidator(_storable_metadata)]

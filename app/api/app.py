@@ -20,10 +20,12 @@ from typing import Any
 import redis
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import console_routes, insight_routes, knowledge_routes, schemas
@@ -153,6 +155,25 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             },
             status_code=422,
         )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI answers a JSON body its parser gave up on (nested past Python's recursion
+        limit, an integer of over 4,300 digits) with a bare 400 "There was an error parsing the
+        body"; it is said like any other unreadable JSON: a 422 naming the body and why."""
+        cause = exc.__cause__
+        if exc.status_code == 400 and isinstance(cause, RecursionError | ValueError):
+            why = "nested too deeply" if isinstance(cause, RecursionError) else str(cause)
+            return JSONResponse(
+                {
+                    "detail": {
+                        "message": f"the body is JSON this API cannot read: {why}",
+                        "fields": ["body"],
+                    }
+                },
+                status_code=422,
+            )
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(EmbeddingError)
     async def embedding_down(_: Request, exc: EmbeddingError) -> JSONResponse:

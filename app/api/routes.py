@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import UTC
 from typing import Annotated, Any
 
 from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, Response, status
@@ -13,7 +14,12 @@ from app.api import schemas
 from app.api.auth import Tenant
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
-from app.layers.conceptual.graph import find_entity, neighbourhood, render_fact
+from app.layers.conceptual.graph import (
+    find_entity,
+    neighbourhood,
+    render_fact,
+    visible_mentions,
+)
 from app.layers.semantic import listing
 from app.limits import JsonStep, SafeText, text_problem
 from app.services import procedures
@@ -26,6 +32,7 @@ from app.services.search import SearchRequest, search
 from app.services.stats import tenant_stats
 from app.streams.events import (
     IDENTIFIER,
+    Event,
     EventValidationError,
     Identifier,
     is_identifier,
@@ -67,6 +74,7 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
     Each event is validated; one bad event refuses the whole batch with the field named.
     The tenant is the key's: an event naming another tenant is refused."""
     parsed = []
+    first_of: dict[uuid.UUID, tuple[int, Event, bool]] = {}  # id → its first event
     for index, raw in enumerate(batch.events):
         given = raw.get("tenant_id")
         if given is not None and given != tenant:
@@ -78,12 +86,14 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
                 },
             )
         try:
-            parsed.append(parse_event({**raw, "tenant_id": tenant}))
+            event = parse_event({**raw, "tenant_id": tenant})
         except EventValidationError as exc:
             raise HTTPException(
                 422,
                 {"message": str(exc), "fields": [f"events[{index}].{f}" for f in exc.fields]},
             ) from None
+        _refuse_conflicting_duplicate(first_of, index, event, raw.get("timestamp") is not None)
+        parsed.append(event)
     try:
         receipts = _state(request).producer.send_many(parsed)
     except (StreamFullError, NotReplicatedError) as exc:
@@ -98,6 +108,45 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
     return {"accepted": len(receipts), "ids": [r.event_id for r in receipts]}
 
 
+def _refuse_conflicting_duplicate(
+    first_of: dict[uuid.UUID, tuple[int, Event, bool]], index: int, event: Event, timed: bool
+) -> None:
+    """An event id twice in one batch is harmless when both events say the same (a resend);
+    when they differ, only the first would be stored and the other silently dropped, though
+    both were reported accepted: the batch is refused, the later event named. Events are
+    compared as parsed (`"metadata": {}` is no metadata), their times only when both gave
+    one (an omitted time is the arrival's)."""
+    first, earlier, earlier_timed = first_of.setdefault(event.id, (index, event, timed))
+    if first == index:
+        return
+    unset = {"timestamp", "event_id"}
+    same = earlier.model_dump(exclude=unset) == event.model_dump(exclude=unset) and (
+        earlier_timed == timed and (not timed or earlier.timestamp == event.timestamp)
+    )
+    if not same:
+        raise HTTPException(
+            422,
+            {
+                "message": f"events[{index}] has the external_id of events[{first}] but other "
+                "content: an event id names one event (send it once, or give each its own id)",
+                "fields": [f"events[{index}].external_id"],
+            },
+        )
+
+
+def _check_window(body: SearchRequest) -> None:
+    """`since` after `until` is a window no row can be in: a client mistake, said so."""
+    if body.since is None or body.until is None:
+        return
+    since, until = (
+        at.replace(tzinfo=UTC) if at.tzinfo is None else at for at in (body.since, body.until)
+    )
+    if since > until:
+        raise HTTPException(
+            422, {"message": "since must not be after until", "fields": ["since", "until"]}
+        )
+
+
 @router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
 def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Response:
     """Hybrid search: the source turns that answer the query, each with the memories made
@@ -106,6 +155,7 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Respon
     A search is a retrieval of what it returns: their access counts go up, their decay clock
     restarts and they strengthen their Hebbian associations. `record: false` looks without
     touching anything (the memory console's searches do)."""
+    _check_window(body)
     state = _state(request)
     result = search(
         tenant,
@@ -221,7 +271,12 @@ def entity_graph(
         raise HTTPException(422, {"message": "bad entity name", "fields": ["name"]})
     with unit_of_work(tenant, agent_id=agent_id) as session:
         entity = find_entity(session=session, user_id=user_id, name=name)
-        if entity is None:
+        seen = (
+            0
+            if entity is None
+            else visible_mentions(session=session, user_id=user_id, entity_id=entity.id)
+        )
+        if entity is None or not seen:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"entity {name!r} not found")
         edges = neighbourhood(
             session=session, user_id=user_id, entity_id=entity.id, depth=depth, limit=limit
@@ -230,7 +285,7 @@ def entity_graph(
             "id": entity.id,
             "name": entity.name,
             "kind": entity.kind,
-            "mention_count": entity.mention_count,
+            "mention_count": seen,
         }
     return {
         "entity": found,

@@ -223,7 +223,7 @@ def assemble_context(
         ]
     suggestion = None
     try:
-        if entry is None or entry.procedures:
+        if (entry is None or entry.procedures) and procedures.has_pattern(request.query):
             suggestion = procedures.suggest(
                 tenant_id=tenant_id,
                 user_id=request.user_id,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import Settings
 from app.db.session import unit_of_work
@@ -29,7 +29,14 @@ from app.layers.episodic import search as turn_search
 from app.layers.semantic import search as memory_search
 from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.service import store_gems
-from app.limits import Metadata, SafeText, Timestamp, readable_json
+from app.limits import (
+    ContentText,
+    Metadata,
+    SafeText,
+    Timestamp,
+    blank_problem,
+    readable_json,
+)
 from app.services.ingest import user_lock_key
 from app.streams.events import Channel, Identifier
 
@@ -40,7 +47,7 @@ Tag = Annotated[SafeText, Field(min_length=1, max_length=64)]
 class MemoryIn(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    content: SafeText = Field(min_length=1, max_length=20_000)
+    content: ContentText = Field(min_length=1, max_length=20_000)
     kind: Literal[MEMORY_KINDS] = "fact"  # type: ignore[valid-type]
     importance: float = Field(default=0.5, ge=0, le=1)
     occurred_at: Timestamp | None = Field(
@@ -60,6 +67,13 @@ class MemoryIn(BaseModel):
     metadata: Metadata = Field(
         default_factory=dict, description="plain JSON, at most 32 levels deep"
     )
+
+    @field_validator("subject")
+    @classmethod
+    def _blank_subject_is_none(cls, value: str | None) -> str | None:
+        # A blank subject (" ", a zero-width space) names nothing; kept, every memory sent
+        # with one would supersede the others as if they were about one subject.
+        return None if value is None or blank_problem(value) else value
 
 
 class RememberRequest(BaseModel):

@@ -51,7 +51,7 @@ from app.layers.semantic.models import MEMORY_KINDS
 from app.layers.semantic.repository import vector_literal
 from app.layers.semantic.service import content_hash
 from app.layers.working.prune import forget_summary, prune_turns
-from app.limits import Metadata, SafeText
+from app.limits import ContentText, Metadata
 from app.services.ingest import user_lock_key
 from app.services.memories import memory_view
 from app.services.memory_caches import purge_memories
@@ -83,7 +83,7 @@ class VersionConflictError(Exception):
 class MemoryEdit(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    content: SafeText = Field(min_length=1, max_length=20_000)
+    content: ContentText = Field(min_length=1, max_length=20_000)
     user_id: Identifier | None = Field(
         default=None, description="when given, the memory must be this user's (else 404)"
     )

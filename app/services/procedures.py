@@ -96,6 +96,12 @@ def _check_query(query: object) -> str:
     return pattern
 
 
+def has_pattern(query: str) -> bool:
+    """Whether `query` can be a procedure pattern: a context query need not be one (too long,
+    or nothing left once punctuation and spaces go), and then has no suggestion."""
+    return len(query) <= MAX_QUERY_CHARS and bool(normalise_pattern(query))
+
+
 def _check_number(name: str, value: object, low: float, high: float | None = None) -> float:
     if isinstance(value, str) or not isinstance(value, int | float):
         raise ValueError(f"{name} must be a number, got {type(value).__name__}")

@@ -43,7 +43,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.config import get_settings
-from app.limits import Timestamp, json_problem, text_problem
+from app.limits import Timestamp, blank_problem, json_problem, text_problem
 
 EVENT_NAMESPACE = uuid.UUID("6f1c2d4e-8a9b-4c3d-9e2f-0a1b2c3d4e5f")
 KNOWN_TYPES = (
@@ -201,6 +201,13 @@ class TurnEvent(EventBase):
     @classmethod
     def _content_limits(cls, value: str) -> str:
         return _utf8_within(value, "content", get_settings().max_content_bytes)
+
+    @field_validator("speaker")
+    @classmethod
+    def _blank_speaker_is_none(cls, value: str | None) -> str | None:
+        # A blank speaker ("", spaces, zero-width) names no one: kept, every rendering of the
+        # turn read ": words" and speaker-name matching saw an empty name. The role shows.
+        return None if value is None or blank_problem(value) else value
 
 
 class TypingStartEvent(EventBase):

@@ -63,6 +63,25 @@ def find_entity(*, session: Session, user_id: str, name: str) -> Entity | None:
     ).first()
 
 
+# Entities and mentions carry no agent: what an agent may see of them follows the memories
+# and turns that mention them (those tables' row-level security). An entity only another
+# agent's private memory names is no entity to this reader, and a count is of what it sees.
+_VISIBLE_MENTIONS = text(
+    "SELECT count(*) FROM conceptual.mentions AS m"
+    " WHERE m.user_id = :user_id AND m.entity_id = :entity_id AND ("
+    "  EXISTS (SELECT 1 FROM semantic.memories AS mem WHERE mem.id = m.memory_id"
+    "   AND mem.tenant_id = m.tenant_id AND mem.user_id = m.user_id)"
+    "  OR EXISTS (SELECT 1 FROM episodic.turns AS t WHERE t.id = m.turn_id"
+    "   AND t.tenant_id = m.tenant_id AND t.user_id = m.user_id))"
+)
+
+
+def visible_mentions(*, session: Session, user_id: str, entity_id: uuid.UUID) -> int:
+    """Mentions of the entity in memories and turns this transaction may read."""
+    found = session.execute(_VISIBLE_MENTIONS, {"user_id": user_id, "entity_id": entity_id})
+    return int(found.scalar_one())
+
+
 # Edges are walked in both directions (`hop` lists each relation once per end; self-loops carry
 # no neighbour and are skipped) but reported as stored. Cycle safety: a path never revisits a
 # node (`path` array), and depth is bounded.
