@@ -38,7 +38,6 @@ from app.db.migrate import SchemaState, current_revision, head_revision
 from app.db.session import app_engine, owner_engine, unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.embedding.factory import check_dimension, get_embedder
-from app.heap import startup_heap_frozen
 from app.redis_client import get_redis
 from app.streams.producer import EventProducer
 
@@ -119,8 +118,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             embedder=model,
             producer=EventProducer(client, settings),
         )
-        with startup_heap_frozen():
-            yield
+        yield
 
     app = FastAPIOffline(
         title="Engram",

@@ -22,7 +22,6 @@ from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import ContentBlock
 from starlette.applications import Starlette
 
-from app.heap import startup_heap_frozen
 from app.mcp.clients import ApiKeyVerifier, ClientPool
 from app.mcp.edit_tools import register_edit_tools
 from app.mcp.tools import EngramTools, register_tools
@@ -111,8 +110,7 @@ def http_app(api_url: str, *, host: str = "127.0.0.1", port: int = 8765) -> Star
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         try:
             async with server.session_manager.run():
-                with startup_heap_frozen():
-                    yield
+                yield
         finally:
             await pool.close()
 
