@@ -325,7 +325,8 @@ def print_split(
         summary = metrics.only(numbers).summary()
         print(f"{name:34s}" + "".join(f"{summary[c]:>10.3f}" for c in columns))
     print(
-        f"engram search p50 {engram.latency(0.5):.1f} ms, p95 {figures['search_p95_ms']:.1f} ms; "
+        f"engram search p50 {engram.latency(0.5):.1f} ms, p95 {figures['search_p95_ms']:.1f} ms, "
+        f"p99 {engram.latency(0.99):.1f} ms; "
         f"context recall {figures['context_recall']:.3f}, shown or cited "
         f"{context.only(numbers).mean('context_cited'):.3f} (p95 "
         f"{context.only(numbers).latency(0.95):.1f} ms); "

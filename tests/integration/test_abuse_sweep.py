@@ -551,7 +551,12 @@ def test_an_agents_private_entity_is_not_found_by_a_request_naming_no_agent(
         assert other.status_code == 404, other.text[:300]
     # Once a memory every agent reads names it too, each reader counts what it may see.
     body = {"user_id": "alice", "memories": [{"content": "Alice loved the jazz festival in Oslo."}]}
-    assert _post(api, "/v1/memories", body, headers).status_code == 201
+    shared = _post(api, "/v1/memories", body, headers)
+    assert shared.status_code == 201
+    entities = api.get(
+        f"/v1/memories/{shared.json()['memories'][0]['id']}/entities", headers=headers
+    )
+    assert [(e["name"], e["mention_count"]) for e in entities.json()["entities"]] == [("Oslo", 1)]
     counts = {
         query: api.get(f"/v1/entities/Oslo/graph?user_id=alice{query}", headers=headers)
         for query in ("", "&agent_id=chef", "&agent_id=planner")

@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from app.extraction.entities import canonicalize
-from app.layers.conceptual.models import Entity, Mention
+from app.layers.conceptual.models import Entity
 
 MAX_DEPTH = 4
 MAX_EDGES = 500
@@ -66,14 +66,15 @@ def find_entity(*, session: Session, user_id: str, name: str) -> Entity | None:
 # Entities and mentions carry no agent: what an agent may see of them follows the memories
 # and turns that mention them (those tables' row-level security). An entity only another
 # agent's private memory names is no entity to this reader, and a count is of what it sees.
-_VISIBLE_MENTIONS = text(
+_SEEN = (
     "SELECT count(*) FROM conceptual.mentions AS m"
-    " WHERE m.user_id = :user_id AND m.entity_id = :entity_id AND ("
+    " WHERE m.user_id = {user} AND m.entity_id = {entity} AND ("
     "  EXISTS (SELECT 1 FROM semantic.memories AS mem WHERE mem.id = m.memory_id"
     "   AND mem.tenant_id = m.tenant_id AND mem.user_id = m.user_id)"
     "  OR EXISTS (SELECT 1 FROM episodic.turns AS t WHERE t.id = m.turn_id"
     "   AND t.tenant_id = m.tenant_id AND t.user_id = m.user_id))"
 )
+_VISIBLE_MENTIONS = text(_SEEN.format(user=":user_id", entity=":entity_id"))
 
 
 def visible_mentions(*, session: Session, user_id: str, entity_id: uuid.UUID) -> int:
@@ -136,17 +137,35 @@ LIMIT :limit
 )
 
 
-def entities_of_memory(*, session: Session, memory_id: uuid.UUID, limit: int = 50) -> list[Entity]:
-    """The entities a memory mentions, most mentioned first: where its graph picture starts."""
-    return list(
-        session.scalars(
-            select(Entity)
-            .join(Mention, (Mention.entity_id == Entity.id) & (Mention.user_id == Entity.user_id))
-            .where(Mention.memory_id == memory_id)
-            .order_by(Entity.mention_count.desc(), Entity.name)
-            .limit(_clamp(limit, 1, MAX_EDGES))
-        )
+@dataclass(frozen=True)
+class SeenEntity:
+    """An entity with the mentions of it this transaction may read."""
+
+    id: uuid.UUID
+    name: str
+    kind: str
+    mention_count: int
+
+
+_OF_MEMORY = text(
+    "SELECT e.id, e.name, e.kind, ("  # noqa: S608
+    + _SEEN.format(user="e.user_id", entity="e.id")
+    + ") AS mention_count FROM conceptual.entities AS e"
+    " JOIN conceptual.mentions AS n ON n.entity_id = e.id AND n.user_id = e.user_id"
+    " WHERE n.memory_id = :memory_id"
+    " ORDER BY mention_count DESC, e.name LIMIT :limit"
+)
+
+
+def entities_of_memory(
+    *, session: Session, memory_id: uuid.UUID, limit: int = 50
+) -> list[SeenEntity]:
+    """The entities a memory mentions, most mentioned first: where its graph picture starts.
+    Counts are of the mentions the reader may see (_SEEN)."""
+    rows = session.execute(
+        _OF_MEMORY, {"memory_id": memory_id, "limit": _clamp(limit, 1, MAX_EDGES)}
     )
+    return [SeenEntity(*row) for row in rows]
 
 
 def neighbourhood(
