@@ -25,6 +25,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -65,14 +66,6 @@ def text_problem(value: str) -> str | None:
     return "must be valid Unicode (it holds a lone surrogate)"
 
 
-def check_text(value: str) -> str:
-    """Pydantic AfterValidator form of `text_problem`."""
-    problem = text_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
-
-
 def blank_problem(value: str) -> str | None:
     """Why this text has nothing to read (only whitespace or invisible format characters),
     or None."""
@@ -81,12 +74,16 @@ def blank_problem(value: str) -> str | None:
     return "must contain visible text, not only whitespace or invisible characters"
 
 
-def check_worded(value: str) -> str:
-    """Pydantic AfterValidator form of `blank_problem`."""
-    problem = blank_problem(value)
-    if problem:
-        raise ValueError(problem)
-    return value
+def refusing(problem_of: Callable[[str], str | None]) -> Callable[[str], str]:
+    """A pydantic AfterValidator raising the problem `problem_of` finds in a value."""
+
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return check
 
 
 def json_problem(value: Any, *, max_bytes: int) -> str | None:
@@ -185,9 +182,11 @@ def _storable_metadata(value: Any) -> Any:
 
 
 Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
-SafeText = Annotated[str, AfterValidator(check_text)]
+SafeText = Annotated[str, AfterValidator(refusing(text_problem))]
 # A memory's content: storable, and not blank (see the module docstring).
-ContentText = Annotated[str, AfterValidator(check_text), AfterValidator(check_worded)]
+ContentText = Annotated[
+    str, AfterValidator(refusing(text_problem)), AfterValidator(refusing(blank_problem))
+]
 # Client metadata (and each procedure step): storable JSON within ENGRAM_MAX_METADATA_BYTES.
 Metadata = Annotated[dict[str, Any], AfterValidator(_storable_metadata)]
 JsonStep = Annotated[str | dict[str, Any], AfterValidator(_storable_metadata)]

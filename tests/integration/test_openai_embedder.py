@@ -172,18 +172,23 @@ def test_bad_replies_are_errors_without_retry(
     assert len(endpoint.requests) == 1
 
 
+def served_by(endpoint: FakeEndpoint, settings: Settings, model: str) -> Settings:
+    """Settings whose embedding backend is the fake endpoint serving `model`."""
+    return settings.model_copy(
+        update={
+            "embedding_backend": "openai",
+            "embedding_base_url": endpoint.url,
+            "embedding_model": model,
+            "embedding_timeout_s": 2.0,
+        }
+    )
+
+
 def test_wrong_dimension_is_refused_by_check_dimension(
     endpoint: FakeEndpoint, settings: Settings
 ) -> None:
     endpoint.dim = 1536
-    configured = settings.model_copy(
-        update={
-            "embedding_backend": "openai",
-            "embedding_base_url": endpoint.url,
-            "embedding_model": "big-model",
-            "embedding_timeout_s": 2.0,
-        }
-    )
+    configured = served_by(endpoint, settings, "big-model")
     embedder = get_embedder(configured)
     assert isinstance(embedder, OpenAICompatibleEmbedder)
     with pytest.raises(
@@ -206,14 +211,7 @@ def test_a_bigger_model_is_asked_for_the_schema_dimension_when_configured(
     endpoint: FakeEndpoint, settings: Settings
 ) -> None:
     endpoint.dim = 3072
-    configured = settings.model_copy(
-        update={
-            "embedding_backend": "openai",
-            "embedding_base_url": endpoint.url,
-            "embedding_model": "large-model",
-            "embedding_timeout_s": 2.0,
-        }
-    )
+    configured = served_by(endpoint, settings, "large-model")
     unasked = get_embedder(configured)
     with pytest.raises(EmbeddingDimensionError, match="ENGRAM_EMBEDDING_REQUEST_DIM=true"):
         check_dimension(unasked, configured)
