@@ -37,6 +37,7 @@ from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
+from app.limits import blank_problem
 from app.scoring.retrieval import memory_prior, recency
 from app.services import procedures
 from app.services.access import record_retrieval
@@ -247,6 +248,8 @@ def assemble_context(
     share = Packer(int(budget * CONVERSATION_SHARE))
     kept: list[tuple[WorkingTurn, bool, str]] = []
     for turn in reversed(turns):
+        if blank_problem(turn.content):
+            continue  # stored as sent (a blank message is no error), but nothing to show
         flagged = suspected(turn_line(turn))
         shown = quoted(turn_line(turn), flagged)
         if not share.add("turns", shown):
@@ -283,6 +286,8 @@ def assemble_context(
     whole = ["\n" + item_line(item) for item in candidates]
     for item, counted_line, counted in zip(candidates, whole, count_many(whole), strict=True):
         sources = set(item.get("event_ids") or [])
+        if blank_problem(item["content"]):
+            continue
         if normalised(item["content"]) in in_block or (sources and sources <= in_block):
             continue  # it repeats what the conversation part already shows
         line = counted_line[1:]

@@ -426,6 +426,24 @@ def test_a_blank_speaker_is_no_speaker(
     assert "] : " not in block and "- : " not in block, block
 
 
+def test_a_blank_message_is_stored_but_not_shown(
+    api: TestClient, api_settings: Settings, caller: tuple[str, dict[str, str]]
+) -> None:
+    """A chat can send an empty message (spaces, a zero-width space): it is stored as sent,
+    but the context block shows no line without words for it."""
+    _, headers = caller
+    consumer = _consumer(api, api_settings)
+    batch = [_turn(f"empty-{n}", content) for n, content in enumerate([" ", "\u200b\u200b"])]
+    batch.append(_turn("empty-words", "the canoe trip starts at dawn"))
+    response = _post(api, "/v1/events", {"events": batch}, headers)
+    assert response.status_code == 202, response.text[:500]
+    assert _drain(consumer, len(batch)) >= len(batch)
+    block = _post(api, "/v1/context", {"user_id": "u-dup", "query": "canoe"}, headers)
+    lines = block.json()["text"].splitlines()
+    assert any("the canoe trip starts at dawn" in line for line in lines)
+    assert not [line for line in lines if line.rstrip().endswith(":")], lines
+
+
 # -- no 5xx from odd queries, cursors and ids ------------------------------------------------
 
 
