@@ -139,14 +139,24 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     observe(app, settings)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         fields = sorted({_field(tuple(e.get("loc", ()))) for e in errors})
+        message = "invalid request: " + "; ".join(
+            f"{_field(tuple(e['loc']))}: {e['msg']}" for e in errors[:10]
+        )
+        # `curl -d '{…}'` sends form encoding: FastAPI then reads no JSON at all, and pydantic's
+        # "Input should be a valid dictionary" does not say why.
+        kind = request.headers.get("content-type", "")
+        if "json" not in kind.lower() and any(tuple(e.get("loc", ())) == ("body",) for e in errors):
+            message = (
+                "the body must be JSON sent as Content-Type: application/json (this request"
+                f" said {kind or 'no content type'}); {message}"
+            )
         return JSONResponse(
             {
                 "detail": {
-                    "message": "invalid request: "
-                    + "; ".join(f"{_field(tuple(e['loc']))}: {e['msg']}" for e in errors[:10]),
+                    "message": message,
                     "fields": fields,
                     "errors": jsonable_encoder(errors, exclude={"input", "ctx", "url"}),
                 }

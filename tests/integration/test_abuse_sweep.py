@@ -112,6 +112,23 @@ def test_json_the_parser_gives_up_on_is_a_422_naming_the_body(
     assert response.json()["detail"]["message"].startswith("the body is JSON")
 
 
+def test_a_body_sent_without_the_json_content_type_is_told_so(
+    api: TestClient, caller: tuple[str, dict[str, str]]
+) -> None:
+    """`curl -d '{...}'` sends form encoding; the 422 says to send JSON as JSON, naming what
+    the request said, where pydantic alone only said "a valid dictionary"."""
+    _, headers = caller
+    body = json.dumps({"user_id": "u-ct", "query": "kayaks"}).encode()
+    for kind in ("application/x-www-form-urlencoded", "text/plain"):
+        response = api.post("/v1/search", content=body, headers={**headers, "Content-Type": kind})
+        assert response.status_code == 422
+        message = response.json()["detail"]["message"]
+        assert "Content-Type: application/json" in message and kind in message, message
+    wrong = _post(api, "/v1/search", {"user_id": "u-ct"}, headers)  # JSON, a field missing
+    assert wrong.status_code == 422
+    assert "Content-Type" not in wrong.json()["detail"]["message"]
+
+
 # -- /v1/context: a query that is no procedure pattern ---------------------------------------
 
 
