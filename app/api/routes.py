@@ -35,6 +35,7 @@ from app.streams.events import (
     Event,
     EventValidationError,
     Identifier,
+    conflicting_duplicate,
     is_identifier,
     parse_event,
 )
@@ -111,19 +112,10 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
 def _refuse_conflicting_duplicate(
     first_of: dict[uuid.UUID, tuple[int, Event, bool]], index: int, event: Event, timed: bool
 ) -> None:
-    """An event id twice in one batch is harmless when both events say the same (a resend);
-    when they differ, only the first would be stored and the other silently dropped, though
-    both were reported accepted: the batch is refused, the later event named. Events are
-    compared as parsed (`"metadata": {}` is no metadata), their times only when both gave
-    one (an omitted time is the arrival's)."""
-    first, earlier, earlier_timed = first_of.setdefault(event.id, (index, event, timed))
-    if first == index:
-        return
-    unset = {"timestamp", "event_id"}
-    same = earlier.model_dump(exclude=unset) == event.model_dump(exclude=unset) and (
-        earlier_timed == timed and (not timed or earlier.timestamp == event.timestamp)
-    )
-    if not same:
+    """An event id twice in one batch, as two different events: only the first would be
+    stored though both were reported accepted, so the batch is refused, the later named."""
+    first = conflicting_duplicate(first_of, index, event, timed)
+    if first is not None:
         raise HTTPException(
             422,
             {

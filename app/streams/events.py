@@ -335,3 +335,20 @@ def parse_event_json(raw: str | bytes) -> Event:
     except (ValueError, TypeError, RecursionError) as exc:
         raise EventValidationError(f"invalid event: not JSON ({exc})", ["<event>"]) from None
     return parse_event(data)
+
+
+def conflicting_duplicate(
+    first_of: dict[uuid.UUID, tuple[int, Event, bool]], index: int, event: Event, timed: bool
+) -> int | None:
+    """The index of the batch's earlier event with this event's id when the two differ, else
+    None; `first_of` collects each id's first (index, event, whether it gave a time). The same
+    event sent twice is a harmless resend; events are compared as parsed (`"metadata": {}` is
+    no metadata), their times only when both gave one (an omitted time is the arrival's)."""
+    first, earlier, earlier_timed = first_of.setdefault(event.id, (index, event, timed))
+    if first == index:
+        return None
+    unset = {"timestamp", "event_id"}
+    same = earlier.model_dump(exclude=unset) == event.model_dump(exclude=unset) and (
+        earlier_timed == timed and (not timed or earlier.timestamp == event.timestamp)
+    )
+    return None if same else first

@@ -19,6 +19,7 @@ from app.streams.events import (
     ToolRunEvent,
     TurnEvent,
     TypingStartEvent,
+    conflicting_duplicate,
     parse_event,
     parse_event_json,
 )
@@ -297,3 +298,30 @@ def test_turn_id_is_deterministic_and_keyed_on_external_id(
     assert first.id == again.id
     different = parse_event(a_turn(tenant_id=tenant, user_id=user, external_id=other))
     assert (different.id == first.id) == (other == external)
+
+
+def _batch_conflicts(raws: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(later, earlier) for each event of a batch that `conflicting_duplicate` refuses."""
+    first_of: dict[uuid.UUID, Any] = {}
+    found = []
+    for index, raw in enumerate(raws):
+        event = parse_event(raw)
+        earlier = conflicting_duplicate(first_of, index, event, raw.get("timestamp") is not None)
+        if earlier is not None:
+            found.append((index, earlier))
+    return found
+
+
+def test_a_resend_within_a_batch_is_no_conflict() -> None:
+    same = a_turn(external_id="m-1", metadata={})
+    assert _batch_conflicts([same, {**same, "metadata": {}}, a_turn(external_id="m-2")]) == []
+    untimed = {k: v for k, v in a_turn(external_id="m-3").items() if k != "timestamp"}
+    assert _batch_conflicts([untimed, dict(untimed)]) == []
+
+
+def test_two_events_under_one_id_are_a_conflict_naming_the_first() -> None:
+    first = a_turn(external_id="m-1", content="the first words")
+    other = a_turn(external_id="m-1", content="other words")
+    assert _batch_conflicts([first, a_turn(external_id="m-2"), other]) == [(2, 0)]
+    untimed = {k: v for k, v in first.items() if k != "timestamp"}
+    assert _batch_conflicts([first, untimed]) == [(1, 0)]  # which time is the event's?
