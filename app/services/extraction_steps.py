@@ -30,6 +30,7 @@ from app.extraction.base import (
 )
 from app.layers.episodic import claims
 from app.layers.semantic import batches as semantic
+from app.streams.failures import is_transient
 
 _log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ def by_tenant(refs: Sequence[BatchRef], tally: Tally) -> list[tuple[str, list[uu
 
 
 def fail(settings: Settings, tenant_id: str, batch_id: uuid.UUID, exc: BaseException) -> None:
-    """Count a failed attempt on the batch (beat retries it; parked after the maximum)."""
+    """Count a failed attempt on the batch (beat retries it; parked after the maximum). An
+    outage of the database or Redis is no attempt of the batch's: short outages one after
+    another must not park it for an operator (`is_transient`)."""
     _log.exception("extraction batch %s failed", batch_id, exc_info=exc)
     with unit_of_work(tenant_id, all_agents=True) as session:
         semantic.record_failure(
@@ -94,6 +97,7 @@ def fail(settings: Settings, tenant_id: str, batch_id: uuid.UUID, exc: BaseExcep
             batch_id=batch_id,
             error=f"{type(exc).__name__}: {exc}",
             max_attempts=settings.extract_max_attempts,
+            counted=not is_transient(exc),
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from app.config import Settings
@@ -152,11 +153,25 @@ def _store_together(
         turns = claims.turns_of_batches(
             session=session, tenant_id=tenant_id, batches=[(b.id, b.user_id) for b in locked]
         )
+        # Under the user lock a session clear takes too: what the gems cite is still there
+        # until the commit (a clear between extract and store deleted some of it).
+        alive = claims.existing_turns(
+            session=session,
+            tenant_id=tenant_id,
+            cited=sorted(
+                {
+                    (b.user_id, str(t))
+                    for b in locked
+                    for g in b.gems or []
+                    for t in g.get("source_turn_ids") or []
+                }
+            ),
+        )
         scopes = [
             scope
             for batch in locked
             # As read ahead: a batch past 'claimed' keeps its gems.
-            for scope in _scopes(batch, vectors[batch.id], turns[batch.id])
+            for scope in _scopes(batch, vectors[batch.id], turns[batch.id], alive)
         ]
         stored = store_scopes(
             session=session, settings=settings, tenant_id=tenant_id, scopes=scopes
@@ -170,13 +185,22 @@ def _store_together(
     return len(locked), sum(len(done.created) for done in stored)
 
 
-def _scopes(batch: Any, vectors: list[list[float]], turns: list[Any]) -> list[GemScope]:
+def _scopes(
+    batch: Any, vectors: list[list[float]], turns: list[Any], alive: set[str]
+) -> list[GemScope]:
     """A batch's gems by the agent of the turn that first said them: what an agent heard is
-    its own private map; what was said with no agent is the user's."""
+    its own private map; what was said with no agent is the user's. A gem cites only the
+    turns still `alive`, and one whose every turn is gone (its session was cleared after it
+    was extracted) is dropped: clearing promised its memories go."""
     found = [gem_from_dict(g) for g in batch.gems or []]
     by_agent: dict[str | None, list[tuple[Gem, list[float]]]] = {}
     agents = {str(r.id): r.agent_id for r in turns}
     for gem, vector in zip(found, vectors, strict=True):
+        if gem.source_turn_ids:
+            cited = [str(t) for t in gem.source_turn_ids if str(t) in alive]
+            if not cited:
+                continue
+            gem = replace(gem, source_turn_ids=cited)
         first = gem.source_turn_ids[0] if gem.source_turn_ids else ""
         by_agent.setdefault(agents.get(first), []).append((gem, vector))
     if not by_agent:

@@ -1,7 +1,8 @@
 """Why an entry failed decides what happens to it: wait, retry it, or dead-letter it now.
 
-* transient — the database or Redis is away (or a deadlock lost a race): nobody's fault; the
-  consumer keeps its batch and retries it with backoff, counting nothing against the entries;
+* transient — the database or Redis is away (or a deadlock lost a race, or a lock wait hit
+  `lock_timeout`): nobody's fault; the consumer keeps its batch and retries it with backoff,
+  counting nothing against the entries;
 * deterministic — the entry cannot be decoded or its payload is refused by validation: every
   delivery would fail the same way, so it is dead-lettered at once;
 * anything else — counted per entry and retried, dead-lettered after `max_deliveries`.
@@ -20,6 +21,9 @@ from app.streams.events import EventValidationError
 # Postgres error classes that are about the server, not the entry: connection (08), rollback
 # by deadlock or serialization (40), resources (53), operator intervention (57), system (58).
 TRANSIENT_SQLSTATE_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+# And single states of other classes: a lock wait cut short by `lock_timeout` (55P03), as a
+# batch of a user whom a forget or a session clear holds locked meets; the lock frees.
+TRANSIENT_SQLSTATES = frozenset({"55P03"})
 # A Redis Cluster between two states (a failover, a resharding): CLUSTERDOWN, TRYAGAIN, a
 # redirect redis-py could not follow, a slot no master covers yet. It settles by itself.
 CLUSTER_IN_FLUX = (ClusterError, TryAgainError, AskError, RedisClusterException)
@@ -38,7 +42,8 @@ def is_transient(exc: BaseException) -> bool:
             return True
         state = getattr(exc.orig, "sqlstate", None)
         if state:
-            return str(state)[:2] in TRANSIENT_SQLSTATE_CLASSES
+            state = str(state)
+            return state[:2] in TRANSIENT_SQLSTATE_CLASSES or state in TRANSIENT_SQLSTATES
         return isinstance(exc, OperationalError | InterfaceError)
     return False
 

@@ -265,3 +265,21 @@ def users_with_unscored(
         {"tenant": tenant_id, "before": received_before, "limit": limit},
     )
     return [r[0] for r in rows]
+
+
+def existing_turns(
+    *, session: DbSession, tenant_id: str, cited: Sequence[tuple[str, str]]
+) -> set[str]:
+    """Which of these (user, turn id) pairs still name a turn: a gem extracted before its
+    session was cleared cites turns that are gone (its store must not bring them back)."""
+    if not cited:
+        return set()
+    rows = session.execute(
+        text(
+            "SELECT t.id FROM unnest(CAST(:users AS text[]), CAST(:ids AS uuid[])) AS c(u, i)"
+            " JOIN episodic.turns AS t ON t.tenant_id = :tenant AND t.user_id = c.u"
+            " AND t.id = c.i"
+        ),
+        {"tenant": tenant_id, "users": [u for u, _ in cited], "ids": [i for _, i in cited]},
+    )
+    return {str(r[0]) for r in rows}

@@ -130,18 +130,21 @@ def advance_batches(
     )
 
 
-def record_failure(*, session: Session, batch_id: uuid.UUID, error: str, max_attempts: int) -> None:
+def record_failure(
+    *, session: Session, batch_id: uuid.UUID, error: str, max_attempts: int, counted: bool = True
+) -> None:
     """Count a failed attempt; the batch keeps its state (beat retries it from there) until
-    `max_attempts`, when it is parked as 'failed' with its error for an operator. A stored
-    batch (a redelivered task's, caught in a failed read of its whole call) is left alone:
-    its memories exist."""
+    `max_attempts`, when it is parked as 'failed' with its error for an operator. An outage
+    (`counted` False) only records its error: waited out, it parks nothing. A stored batch (a
+    redelivered task's, caught in a failed read of its whole call) is left alone: its
+    memories exist."""
     session.execute(
         text(
-            "UPDATE semantic.extraction_batches SET attempts = attempts + 1, error = :error,"
-            " updated_at = now(), state = CASE WHEN attempts + 1 >= :max THEN 'failed'"
+            "UPDATE semantic.extraction_batches SET attempts = attempts + :n, error = :error,"
+            " updated_at = now(), state = CASE WHEN attempts + :n >= :max THEN 'failed'"
             " ELSE state END WHERE id = :id AND state <> 'stored'"
         ),
-        {"id": batch_id, "error": error[:4000], "max": max_attempts},
+        {"id": batch_id, "error": error[:4000], "max": max_attempts, "n": 1 if counted else 0},
     )
 
 
