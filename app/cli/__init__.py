@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -64,6 +64,15 @@ def _options(
     """Engram: long-term memory for LLM agents."""
     global _verbose
     _verbose = verbose
+
+
+def _refuse(what: str, fix: str, code: int = 2) -> NoReturn:
+    """A mistake in the command's own arguments: one line on stderr, as main() prints the
+    others (`engram: what; fix`), and a non-zero exit."""
+    Console(stderr=True, width=console.width).print(
+        f"[red]engram: {escape(what)}; {escape(fix)}[/red]", soft_wrap=True
+    )
+    raise typer.Exit(code)
 
 
 def _logging(verbose: bool) -> None:
@@ -141,7 +150,7 @@ def migrate(
 def up(
     flower: Annotated[bool, typer.Option(help="Also run Flower.")] = True,
     api: Annotated[bool, typer.Option(help="Also serve the REST API.")] = True,
-    concurrency: Annotated[int, typer.Option(help="Worker task threads.")] = 4,
+    concurrency: Annotated[int, typer.Option(min=1, help="Worker task threads.")] = 4,
 ) -> None:
     """Services + migrations + worker + beat + flower in the foreground; Ctrl-C stops all."""
     from app.cli.supervisor import upgrade_and_announce as upgrade
@@ -176,8 +185,10 @@ def up(
 @with_services
 def serve_api(
     host: Annotated[str | None, typer.Option(help="Bind address (ENGRAM_API_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (ENGRAM_API_PORT).")] = None,
-    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Port (ENGRAM_API_PORT).")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Server processes.")] = 1,
 ) -> None:
     """Serve the REST API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
@@ -207,8 +218,7 @@ def tenant_create(
     try:
         minted = mint_key(tenant, key_name)
     except TenantError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        _refuse(str(exc), "choose a tenant id of that form")
     console.print(f"tenant {tenant} ready; API key {minted.id} (shown once):")
     typer.echo(minted.key)
 
@@ -226,8 +236,7 @@ def key_create(
     try:
         minted = mint_key(tenant, name)
     except TenantError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        _refuse(str(exc), "choose a --tenant of that form")
     console.print(f"key {minted.id} for tenant {tenant} (shown once):")
     typer.echo(minted.key)
 
@@ -266,11 +275,9 @@ def key_revoke(
     try:
         parsed = uuid.UUID(key_id)
     except ValueError:
-        console.print(f"[red]not a key id: {key_id!r}[/red]")
-        raise typer.Exit(2) from None
+        _refuse(f"not a key id: {key_id!r}", "give the id `engram key list` shows")
     if not revoke_key(parsed):
-        console.print(f"[red]no live key {key_id}[/red]")
-        raise typer.Exit(1)
+        _refuse(f"no live key {key_id}", "see `engram key list` for the keys not revoked", 1)
     console.print(f"key {key_id} revoked")
 
 
@@ -305,8 +312,7 @@ def push(
     try:
         receipt = _producer().send(event)
     except EventValidationError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        _refuse(f"cannot send: {str(exc).removeprefix('events[0]: ')}", "fix it and run it again")
     console.print(f"sent {receipt.event_id} → {receipt.stream} {receipt.entry_id}")
 
 
@@ -317,13 +323,21 @@ def import_events(
 ) -> None:
     """Send every event of a JSONL file (each keeps its own timestamp); safe to re-run."""
     producer = _producer()
-    total = sum(1 for _ in path.open(encoding="utf-8"))
+    with path.open("rb") as counted:
+        total = sum(1 for _ in counted)
     sent, bad = 0, []
     chunk: list[Any] = []
     columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=console) as progress, path.open(encoding="utf-8") as handle:
+    # Bytes, decoded line by line: a line that is not UTF-8 (a binary file, a Latin-1 export)
+    # is one bad line reported with the others, not a UnicodeDecodeError ending the import.
+    with Progress(*columns, console=console) as progress, path.open("rb") as handle:
         task = progress.add_task("import", total=total)
-        for number, line in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad.append((number, f"not UTF-8 text (byte {raw[exc.start]:#04x} at {exc.start})"))
+                line = ""
             if line.strip():
                 try:
                     chunk.append(parse_event_json(line))
@@ -348,7 +362,9 @@ def import_events(
 def tail(
     tenant: Annotated[str, typer.Option(help="Tenant whose trace to watch.")],
     follow: Annotated[bool, typer.Option(help="Keep watching.")] = True,
-    last: Annotated[int, typer.Option(help="Show this many recent rows first.")] = 10,
+    last: Annotated[
+        int, typer.Option(min=0, max=100_000, help="Show this many recent rows first.")
+    ] = 10,
 ) -> None:
     """Watch turns and events as they are persisted in L2."""
     from app.db.session import unit_of_work

@@ -180,6 +180,13 @@ def explain(exc: BaseException, settings: Settings | None = None) -> Problem | N
         return _schema_problem(exc, settings)
     if (found := _first(exc, _REDIS_DOWN)) is not None:
         return _redis_problem(found, settings)
+    if (found := _first(exc, (redis.ResponseError,))) is not None and "DB index" in str(found):
+        return _redis_problem(found, settings)
+    if isinstance(exc, ValueError) and str(exc).startswith("Redis URL must specify"):
+        return Problem(
+            f"REDIS_URL is not a Redis URL ({exc})",
+            "set it as redis://host:6379/0, or unset it to use the embedded Redis",
+        )
     if isinstance(exc, NotReplicatedError):
         return Problem(str(exc), "run it again once they answer: nothing is stored twice")
     if isinstance(exc, ProducerError):

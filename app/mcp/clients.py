@@ -90,7 +90,10 @@ class ApiKeyVerifier(TokenVerifier):
         name = key_id(token)
         if self._accepted.get(name, 0.0) > self._clock():
             return AccessToken(token=token, client_id=name, scopes=[])
-        client = await self._pool.client(token)
+        try:
+            client = await self._pool.client(token)
+        except ValueError:  # not even the shape of a key (spaces, non-ASCII): no API call
+            return None
         try:
             await client.list_memories(PROBE_USER, limit=1)
         except AuthenticationError:

@@ -11,6 +11,7 @@ Redis) and reaches data only through the REST API, like any other client.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -21,12 +22,17 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import ContentBlock
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.mcp.clients import ApiKeyVerifier, ClientPool
 from app.mcp.edit_tools import register_edit_tools
 from app.mcp.tools import EngramTools, register_tools
 
 MCP_PATH = "/mcp"
+# Bodies up to this size are parsed once before the transport sees them (larger ones go on
+# unchecked: the transport refuses them with 413 itself).
+MAX_CHECKED_BODY = 8 * 1024 * 1024
 INSTRUCTIONS = (
     "Engram is the long-term memory of this agent's users. Record conversation turns as they "
     "happen (record_turns), store what should be kept for sure (remember), and before "
@@ -37,11 +43,23 @@ INSTRUCTIONS = (
 
 
 class EngramMCP(FastMCP):
-    """FastMCP whose argument errors read like the API's: each field named, one line."""
+    """FastMCP whose argument errors read like the API's: each field named, one line.
+
+    An argument the tool does not take is refused rather than dropped: FastMCP would ignore a
+    misspelt `agentid` and store a memory meant to be one agent's private one as shared."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any]
     ) -> Sequence[ContentBlock] | dict[str, Any]:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = list(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments or {}) - set(known))
+            if unknown:
+                raise ToolError(
+                    f"invalid arguments to {name}: {', '.join(unknown)}: unexpected argument "
+                    f"(it takes {', '.join(known) or 'no arguments'})"
+                )
         try:
             return await super().call_tool(name, arguments)
         except ToolError as exc:
@@ -115,7 +133,56 @@ def http_app(api_url: str, *, host: str = "127.0.0.1", port: int = 8765) -> Star
             await pool.close()
 
     app.router.lifespan_context = lifespan
+    app.add_middleware(RefuseTooDeepJson)
     return app
+
+
+class RefuseTooDeepJson:
+    """Answer a POST whose body Python's JSON parser fails on with other than JSONDecodeError
+    (nested past the recursion limit, or bytes that look like UTF-16 but are not) with a
+    JSON-RPC parse error (400). The transport catches only JSONDecodeError: a body of 100,000
+    `[` or starting with FF FE was a 500 and a traceback in the log. The body is read here and
+    handed on unchanged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        read: list[Message] = []
+        body = bytearray()
+        complete = False
+        while len(body) <= MAX_CHECKED_BODY:
+            message = await receive()
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            body.extend(message.get("body", b""))
+            if not message.get("more_body", False):
+                complete = True
+                break
+        if complete and len(body) <= MAX_CHECKED_BODY:
+            problem = None
+            try:
+                json.loads(body)
+            except RecursionError:
+                problem = "JSON nested too deeply"
+            except UnicodeDecodeError as exc:
+                problem = f"the body is not UTF-8 JSON ({exc.reason} at byte {exc.start})"
+            except ValueError:
+                pass  # malformed JSON: the transport answers that itself
+            if problem is not None:
+                error = {"code": -32700, "message": f"Parse error: {problem}"}
+                answer = {"jsonrpc": "2.0", "id": None, "error": error}
+                await JSONResponse(answer, status_code=400)(scope, receive, send)
+                return
+
+        async def replay() -> Message:
+            return read.pop(0) if read else await receive()
+
+        await self.app(scope, replay, send)
 
 
 def run_http(api_url: str, *, host: str, port: int) -> None:

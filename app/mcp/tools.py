@@ -54,6 +54,8 @@ T = TypeVar("T")
 def _turn_field(field: str) -> str:
     """The REST API names turns `events[i]`; the tool calls them `turns[i]`, and takes the
     user and channel once for all of them."""
+    if field == "events":
+        return "turns"
     head, _, tail = field.partition("].")
     if head.startswith("events[") and tail in ("user_id", "channel", "agent_id"):
         return tail
@@ -77,7 +79,10 @@ class EngramTools:
             key = user.access_token.token if isinstance(user, AuthenticatedUser) else None
         if not key:
             raise ToolError("no API key: send Authorization: Bearer <Engram API key>")
-        return await self._pool.client(key)
+        try:
+            return await self._pool.client(key)
+        except ValueError as exc:  # a key no request can carry (the SDK says why)
+            raise ToolError(f"API key refused: {exc}") from None
 
     async def _call(
         self,

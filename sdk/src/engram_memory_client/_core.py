@@ -21,10 +21,10 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
+from engram_memory_client._args import check_wait, items_of, segment, url_part
 from engram_memory_client._wire import (
     MAX_BACKOFF_S,
     MAX_RETRY_AFTER_S,
@@ -68,11 +68,6 @@ from engram_memory_client.models import (
 SENT_TURNS_KEPT = 10_000  # turns remembered for `wait_until_indexed` (oldest forgotten first)
 
 
-def _segment(value: object) -> str:
-    """One path segment, escaped so that no id or name can reach another route."""
-    return quote(str(value), safe="")
-
-
 class Core:
     """Everything both clients do, as operations (generators) their drivers run."""
 
@@ -106,6 +101,8 @@ class Core:
         a read timeout might hide a success, and repeating it could count it twice.
         `answers` are non-2xx statuses that are results, not errors (no retry either)."""
         query = {k: jsonable(v) for k, v in (params or {}).items() if v is not None}
+        for name, value in query.items():
+            url_part(value, name)
         content = None if body is None else json.dumps(jsonable(body)).encode()
         step = Send(method, path, query or None, content)
         attempt = 0
@@ -122,9 +119,12 @@ class Core:
             yield Sleep(delay)
         if isinstance(outcome, httpx.Response):
             raise error_from_response(outcome)
-        raise UnavailableError(
-            None, f"could not reach the Engram API ({type(outcome).__name__}: {outcome})"
-        ) from outcome
+        cause = f"{type(outcome).__name__}: {outcome}"
+        if isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout):
+            raise UnavailableError(None, f"could not reach the Engram API ({cause})") from outcome
+        # The request may have reached the server: say so, a caller must not assume it failed.
+        maybe = "" if idempotent else "; it may have been carried out, check before repeating it"
+        raise UnavailableError(None, f"no answer from the Engram API ({cause}){maybe}") from outcome
 
     def _retry_delay(self, outcome: Outcome, attempt: int, idempotent: bool) -> float | None:
         """Seconds to wait before the next attempt, or None when retrying cannot help."""
@@ -237,7 +237,7 @@ class Core:
     ) -> Op[list[StoredMemory]]:
         # Retried like a read: a repeat of a stored memory is folded into it ("reinforced"),
         # it never adds a second row.
-        items = [{"content": m} if isinstance(m, str) else dict(m) for m in memories]
+        items = items_of(memories, "memories")
         body: dict[str, Any] = {"user_id": user_id, "memories": items}
         if agent_id is not None:
             body.update(agent_id=agent_id, shared=shared)
@@ -247,7 +247,7 @@ class Core:
     def get_memory(
         self, memory_id: uuid.UUID | str, recall: int | None, *, agent_id: str | None = None
     ) -> Op[Memory]:
-        path = f"/v1/memories/{_segment(memory_id)}"
+        path = f"/v1/memories/{segment(memory_id, 'memory_id')}"
         params = {"recall": recall, "agent_id": agent_id}
         return (yield from self.call("GET", path, Memory, params=params))
 
@@ -272,15 +272,14 @@ class Core:
     def entity_graph(
         self, user_id: str, name: str, depth: int, limit: int, *, agent_id: str | None = None
     ) -> Op[EntityGraph]:
-        path = f"/v1/entities/{_segment(name)}/graph"
+        path = f"/v1/entities/{segment(name, 'name')}/graph"
         params = {"user_id": user_id, "depth": depth, "limit": limit, "agent_id": agent_id}
         return (yield from self.call("GET", path, EntityGraph, params=params))
 
     # -- knowledge (the tenant's facts, no one user's) ----------------------------------------
 
     def add_knowledge(self, memories: Sequence[Mapping[str, Any] | str]) -> Op[list[StoredMemory]]:
-        items = [{"content": m} if isinstance(m, str) else dict(m) for m in memories]
-        body = {"memories": items}
+        body = {"memories": items_of(memories, "memories")}
         stored = yield from self.call("POST", "/v1/knowledge", StoredMemories, body=body)
         return stored.memories
 
@@ -289,7 +288,7 @@ class Core:
         return (yield from self.call("GET", "/v1/knowledge", MemoryPage, params=params))
 
     def delete_knowledge(self, memory_id: uuid.UUID | str) -> Op[KnowledgeDeleted]:
-        path = f"/v1/knowledge/{_segment(memory_id)}"
+        path = f"/v1/knowledge/{segment(memory_id, 'memory_id')}"
         return (yield from self.call("DELETE", path, KnowledgeDeleted, idempotent=False))
 
     # -- editing and history ------------------------------------------------------------------
@@ -299,7 +298,7 @@ class Core:
     ) -> Op[MemoryEdited]:
         # Retried like a read: the same edit sent again answers "unchanged" (see the route).
         body = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
-        path = f"/v1/memories/{_segment(memory_id)}"
+        path = f"/v1/memories/{segment(memory_id, 'memory_id')}"
         return (yield from self.call("PATCH", path, MemoryEdited, body=body))
 
     def delete_memory(
@@ -310,18 +309,21 @@ class Core:
         *,
         agent_id: str | None = None,
     ) -> Op[MemoryDeleted]:
-        path = f"/v1/memories/{_segment(memory_id)}"
+        path = f"/v1/memories/{segment(memory_id, 'memory_id')}"
         params = {
             "user_id": user_id,
             "with_trace": "true" if with_trace else None,
             "agent_id": agent_id,
         }
-        return (yield from self.call("DELETE", path, MemoryDeleted, params=params))
+        # Not retried after a lost answer: a repeat of a delete that went through is a 404,
+        # which would tell the caller the memory never existed.
+        op = self.call("DELETE", path, MemoryDeleted, params=params, idempotent=False)
+        return (yield from op)
 
     def memory_history(
         self, memory_id: uuid.UUID | str, user_id: str | None, *, agent_id: str | None = None
     ) -> Op[MemoryHistory]:
-        path = f"/v1/memories/{_segment(memory_id)}/history"
+        path = f"/v1/memories/{segment(memory_id, 'memory_id')}/history"
         params = {"user_id": user_id, "agent_id": agent_id}
         return (yield from self.call("GET", path, MemoryHistory, params=params))
 
@@ -333,14 +335,16 @@ class Core:
         *,
         agent_id: str | None = None,
     ) -> Op[list[RelatedMemory]]:
-        path = f"/v1/memories/{_segment(memory_id)}/related"
+        path = f"/v1/memories/{segment(memory_id, 'memory_id')}/related"
         params = {"user_id": user_id, "limit": limit, "agent_id": agent_id}
         reply = yield from self.call("GET", path, RelatedMemories, params=params)
         return reply.related
 
     def clear_session(self, user_id: str, session_id: uuid.UUID | str) -> Op[SessionCleared]:
-        path = f"/v1/users/{_segment(user_id)}/sessions/{_segment(session_id)}"
-        return (yield from self.call("DELETE", path, SessionCleared))
+        user, session = segment(user_id, "user_id"), segment(session_id, "session_id")
+        path = f"/v1/users/{user}/sessions/{session}"
+        # Not retried after a lost answer, as delete_memory (a repeat would be a 404).
+        return (yield from self.call("DELETE", path, SessionCleared, idempotent=False))
 
     # -- procedures ---------------------------------------------------------------------------
 
@@ -376,7 +380,8 @@ class Core:
     # -- users and operations -----------------------------------------------------------------
 
     def forget_user(self, user_id: str) -> Op[ForgetReport]:
-        report = yield from self.call("DELETE", f"/v1/users/{_segment(user_id)}", ForgetReport)
+        path = f"/v1/users/{segment(user_id, 'user_id')}"
+        report = yield from self.call("DELETE", path, ForgetReport)
         with self._lock:
             for key in [k for k in self._sent if k[0] == user_id]:
                 del self._sent[key]
@@ -390,12 +395,12 @@ class Core:
         return (yield from self.call("GET", "/healthz", Health, answers=frozenset({503})))
 
     def extraction_status(self, user_id: str) -> Op[ExtractionStatus]:
-        path = f"/v1/users/{_segment(user_id)}/extraction"
+        path = f"/v1/users/{segment(user_id, 'user_id')}/extraction"
         return (yield from self.call("GET", path, ExtractionStatus))
 
     def flush_extraction(self, user_id: str) -> Op[ExtractionFlush]:
         # Retried like a read: a repeat claims only what the first left unclaimed.
-        path = f"/v1/users/{_segment(user_id)}/extraction/flush"
+        path = f"/v1/users/{segment(user_id, 'user_id')}/extraction/flush"
         return (yield from self.call("POST", path, ExtractionFlush))
 
     # -- waiting ------------------------------------------------------------------------------
@@ -404,6 +409,7 @@ class Core:
         self, user_id: str, timeout: float, interval: float, flush: bool
     ) -> Op[ExtractionStatus]:
         """Poll the extraction status until caught up; see the clients' docstrings."""
+        check_wait(timeout, interval)
         deadline = time.monotonic() + timeout
         flushed = False
         while True:
@@ -430,6 +436,7 @@ class Core:
         interval: float,
     ) -> Op[list[SearchHit]]:
         """Poll search until what was sent is findable; see the clients' docstrings."""
+        check_wait(timeout, interval)
         searches = self._indexed_searches(user_id, query, external_ids)
         deadline = time.monotonic() + timeout
         while True:

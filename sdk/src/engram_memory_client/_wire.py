@@ -47,6 +47,25 @@ Outcome = httpx.Response | httpx.TransportError | None
 Op = Generator[Send | Sleep, Outcome, T]
 
 
+def check_client_args(base_url: str, api_key: str) -> None:
+    """Refuse, when the client is made, a URL or key no request could be sent with: they would
+    otherwise fail at each call as "no answer from the Engram API" after every retry (or as a
+    UnicodeEncodeError for a key that is not ASCII)."""
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"base_url {base_url!r} is not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(
+            f"base_url must be the API's http(s) address, like http://127.0.0.1:8080, "
+            f"not {base_url!r}"
+        )
+    if not isinstance(api_key, str) or not api_key or not api_key.isascii():
+        raise ValueError("api_key must be a non-empty ASCII string (an Engram API key)")
+    if not api_key.isprintable() or any(c.isspace() for c in api_key):
+        raise ValueError("api_key must not hold spaces, newlines or control characters")
+
+
 def client_headers(api_key: str) -> dict[str, str]:
     """The headers of every request: the key, JSON wanted, and who is asking."""
     return {

@@ -18,7 +18,15 @@ from typing import Any, Literal
 import httpx
 
 from engram_memory_client._core import Core
-from engram_memory_client._wire import JSON_CONTENT, Op, Outcome, Sleep, T, client_headers
+from engram_memory_client._wire import (
+    JSON_CONTENT,
+    Op,
+    Outcome,
+    Sleep,
+    T,
+    check_client_args,
+    client_headers,
+)
 from engram_memory_client.models import (
     Context,
     EntityGraph,
@@ -60,6 +68,7 @@ class AsyncEngramClient:
         backoff: float = 0.2,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        check_client_args(base_url, api_key)
         self._core = Core(retries=retries, backoff=backoff)
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),

@@ -20,7 +20,15 @@ from typing import Any, Literal
 import httpx
 
 from engram_memory_client._core import Core
-from engram_memory_client._wire import JSON_CONTENT, Op, Outcome, Sleep, T, client_headers
+from engram_memory_client._wire import (
+    JSON_CONTENT,
+    Op,
+    Outcome,
+    Sleep,
+    T,
+    check_client_args,
+    client_headers,
+)
 from engram_memory_client.models import (
     Context,
     EntityGraph,
@@ -65,6 +73,7 @@ class EngramClient:
         backoff: float = 0.2,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        check_client_args(base_url, api_key)
         self._core = Core(retries=retries, backoff=backoff)
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
