@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+import pydantic
 import redis
 from psycopg import errors as pg_errors
 from sqlalchemy import exc as sa_exc
@@ -163,6 +165,22 @@ def _redis_problem(exc: BaseException, settings: Settings) -> Problem:
     )
 
 
+def _settings_problem(exc: pydantic.ValidationError) -> Problem:
+    """A setting the environment (or .env) gives that Engram refuses, named as the variable
+    (an alias such as REDIS_URL as it is, the others with ENGRAM_)."""
+
+    def said(error: Any) -> str:
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if not error["loc"]:
+            return message
+        name = str(error["loc"][0])
+        variable = name if name.isupper() else f"ENGRAM_{name.upper()}"
+        return message if message.startswith(variable) else f"{variable}: {message}"
+
+    problems = "; ".join(said(e) for e in exc.errors()[:5])
+    return Problem(f"a setting is refused: {problems}", "change it in the environment or .env")
+
+
 def without_password(url: str) -> str:
     """A Redis or database URL without its password."""
     return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
@@ -170,6 +188,8 @@ def without_password(url: str) -> str:
 
 def explain(exc: BaseException, settings: Settings | None = None) -> Problem | None:
     """The user's problem behind `exc` and its fix, or None for an error that is a bug."""
+    if isinstance(exc, pydantic.ValidationError) and exc.title == Settings.__name__:
+        return _settings_problem(exc)
     settings = settings or get_settings()
     if isinstance(exc, MigrationError):
         return Problem(

@@ -107,6 +107,12 @@ def test_a_database_url_that_is_no_url() -> None:
     assert "DATABASE_URL is not a database URL" in line, line
 
 
+def test_a_refused_setting_names_its_variable() -> None:
+    line = one_line(engram("status", ENGRAM_EMBEDDING_DIM="3072"))
+    assert "a setting is refused: ENGRAM_EMBEDDING_DIM=3072" in line, line
+    assert "ENGRAM_EMBEDDING_REQUEST_DIM=true" in line, line
+
+
 @pytest.mark.parametrize(
     "command", [("push", "hello", "--tenant", "acme", "--user", "alice"), ("status",)]
 )

@@ -4,6 +4,7 @@ cases a test machine cannot stage for real: a refused password, a missing databa
 from __future__ import annotations
 
 import psycopg
+import pydantic
 import redis
 from sqlalchemy import exc as sa_exc
 
@@ -113,3 +114,23 @@ def test_without_password() -> None:
     assert without_password("redis://:pw@h:1/0") == "redis://:***@h:1/0"
     assert without_password("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
     assert without_password("redis://h:1/0") == "redis://h:1/0"
+
+
+def _refused_settings(**values: object) -> pydantic.ValidationError:
+    try:
+        Settings(**values)  # type: ignore[arg-type]
+    except pydantic.ValidationError as exc:
+        return exc
+    raise AssertionError(f"{values} were accepted")
+
+
+def test_a_refused_setting_is_one_line_naming_its_variable() -> None:
+    """Before, the CLI read the settings again to explain the error they raised, and the
+    second error escaped as a traceback."""
+    line = explain(_refused_settings(embedding_dim=3072)).line()  # type: ignore[union-attr]
+    assert line.startswith("engram: a setting is refused: ENGRAM_EMBEDDING_DIM=3072 is"), line
+    assert "ENGRAM_EMBEDDING_REQUEST_DIM" in line and "Value error" not in line, line
+    line = explain(_refused_settings(stream_partitions="many")).line()  # type: ignore[union-attr]
+    assert "ENGRAM_STREAM_PARTITIONS: Input should be a valid integer" in line, line
+    line = explain(_refused_settings(CELERY_BROKER_URL="ftp://x")).line()  # type: ignore[union-attr]
+    assert "CELERY_BROKER_URL must be a Redis or RabbitMQ URL" in line, line
