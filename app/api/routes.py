@@ -58,7 +58,7 @@ def _state(request: Request) -> Any:
 
 
 class EventBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     events: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_EVENTS)
 

@@ -80,7 +80,7 @@ MIN_ITEM_TOKENS = 32
 
 
 class ContextRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)

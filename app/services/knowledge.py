@@ -25,7 +25,7 @@ from app.services.memories import MemoryIn, Remembered, RememberRequest, memory_
 
 
 class KnowledgeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     memories: list[MemoryIn] = Field(min_length=1, max_length=500)
 

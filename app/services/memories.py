@@ -77,7 +77,7 @@ class MemoryIn(BaseModel):
 
 
 class RememberRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_id: Identifier
     memories: list[MemoryIn] = Field(min_length=1, max_length=500)

@@ -21,7 +21,7 @@ from app.text.untrusted import suspected
 class SearchRequest(BaseModel):
     """What an agent asks; the tenant comes from its API key, never from the body."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)

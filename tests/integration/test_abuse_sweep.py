@@ -269,6 +269,23 @@ def test_since_after_until_is_a_422(
     assert _fields(_post(api, "/v1/search", body, headers)) == ["since", "until"]
 
 
+def test_a_number_that_is_no_number_is_a_422(
+    api: TestClient, caller: tuple[str, dict[str, str]]
+) -> None:
+    """NaN and Infinity are JSON Python reads. A bounded field refused them only through its
+    range ("less than or equal to 1" for NaN, which is no number at all); every request model
+    now says what they are."""
+    _, headers = caller
+    for value in ("NaN", "Infinity", "-Infinity"):
+        raw = f'{{"user_id": "u-nan", "query": "kayaks", "min_importance": {value}}}'.encode()
+        response = api.post(
+            "/v1/search", content=raw, headers={**headers, "Content-Type": "application/json"}
+        )
+        assert response.status_code == 422, (value, response.text[:300])
+        assert _fields(response) == ["min_importance"]
+        assert "finite number" in response.json()["detail"]["message"]
+
+
 @pytest.mark.parametrize(
     ("since", "until"),
     [
