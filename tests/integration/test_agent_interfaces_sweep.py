@@ -12,9 +12,7 @@ tenants, users or agents.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 import sys
 import threading
 import uuid
@@ -32,8 +30,9 @@ from engram_memory_client import (
     ValidationError,
 )
 
-from app.config import PROJECT_ROOT
+from tests.integration.test_cli_mistakes_are_one_line import engram, one_line
 from tests.integration.test_mcp import (
+    INITIALIZE,
     Api,
     api,
     call,
@@ -48,16 +47,6 @@ __all__ = ["api", "mcp_http", "mcp_settings"]  # the real API and MCP server of 
 
 ENGRAM = str(Path(sys.executable).parent / "engram")
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "sweep", "version": "0"},
-    },
-}
 
 
 def new_user() -> str:
@@ -367,29 +356,6 @@ def test_sdk_another_tenants_or_agents_ids_are_not_found(api: Api) -> None:
 
 
 # -- CLI ---------------------------------------------------------------------------------------
-
-
-def engram(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ENGRAM, *args],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "ENGRAM_REDIS_PREFIX": f"test-sweep-{uuid.uuid4().hex[:8]}", **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def one_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The one stderr line a mistake gets, after checking there is no traceback."""
-    assert done.returncode != 0, done.stdout
-    assert "Traceback" not in done.stdout + done.stderr, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("engram: "), lines[0]
-    return lines[0]
 
 
 def test_cli_import_of_a_binary_or_broken_file(tmp_path: Path) -> None:

@@ -63,6 +63,19 @@ class Api:
     tenant_b: str
 
 
+# The first message of an MCP session over HTTP, as any client sends it.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+
+
 @pytest.fixture(scope="module")
 def mcp_settings(base_settings: Settings) -> Iterator[Settings]:
     with prefixed(base_settings, "mcp", consumer_block_ms=50, claim_min_idle_ms=200) as settings:
@@ -357,24 +370,14 @@ def test_bad_input_is_a_tool_error_naming_the_field(api: Api, mcp_http: str) -> 
 
 
 def test_http_refuses_a_missing_or_wrong_key(api: Api, mcp_http: str) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
     accept = {"Accept": "application/json, text/event-stream"}
     for headers in ({}, {"Authorization": "Bearer egk_00000000_not-a-real-key"}):
-        answer = httpx.post(mcp_http, json=initialize, headers={**accept, **headers}, timeout=30)
+        answer = httpx.post(mcp_http, json=INITIALIZE, headers={**accept, **headers}, timeout=30)
         assert answer.status_code == 401
         assert answer.headers["WWW-Authenticate"].startswith("Bearer")
     good = httpx.post(
         mcp_http,
-        json=initialize,
+        json=INITIALIZE,
         headers={**accept, "Authorization": f"Bearer {api.key_a}"},
         timeout=30,
     )
