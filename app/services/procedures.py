@@ -97,9 +97,13 @@ def _check_query(query: object) -> str:
 
 
 def has_pattern(query: str) -> bool:
-    """Whether `query` can be a procedure pattern: a context query need not be one (too long,
-    or nothing left once punctuation and spaces go), and then has no suggestion."""
-    return len(query) <= MAX_QUERY_CHARS and bool(normalise_pattern(query))
+    """Whether `query` can be a procedure pattern (`_check_query`): a context query need not
+    be one (too long, or nothing left once punctuation and spaces go), and has no suggestion."""
+    try:
+        _check_query(query)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_number(name: str, value: object, low: float, high: float | None = None) -> float:
