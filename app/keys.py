@@ -140,9 +140,11 @@ class RedisKeys:
         return f"{self.prefix}:auth:revoked:{{{tenant_id}}}:{key_prefix}"
 
     # Embedding cache (see app/embedding/cache.py).
-    def embedding_cache(self, digest: str) -> str:
-        """One vector (float32 bytes); expires after ENGRAM_EMBEDDING_CACHE_TTL_S."""
-        return f"{self.prefix}:emb:{digest}"
+    def embedding_cache(self, tenant_id: str, user_id: str, digest: str) -> str:
+        """One vector of one user's text (float32 bytes); expires after
+        ENGRAM_EMBEDDING_CACHE_TTL_S. It carries the user's tag: a cached vector is found
+        only by its owner, and forgetting the user deletes it."""
+        return f"{self.prefix}:emb:{{{tenant_id}|{user_id}}}:{digest}"
 
     # Celery delivery counting (see workers/base.py).
     def dead_tasks(self) -> str:

@@ -88,7 +88,7 @@ def extraction(bench: Bench) -> Window:
         window.extra["embeds_per_turn"] = (
             int(client.get(keys.embedded_count()) or 0) - embedded
         ) / len(events)
-        cached = list(client.scan_iter(match=keys.embedding_cache("*"), count=1000))
+        cached = list(client.scan_iter(match=keys.embedding_cache(tenant, "*", "*"), count=1000))
         window.extra["cache_bytes_per_text"] = redis_bytes(client, cached[:2000]) / max(
             1, min(len(cached), 2000)
         )

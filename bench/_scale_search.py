@@ -31,7 +31,7 @@ from sqlalchemy import text
 from app.cli.supervisor import fresh_database
 from app.db.migrate import upgrade
 from app.db.session import owner_engine
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.embedding.factory import local_embedder
 from app.scoring.procedural import normalise_pattern
 
@@ -70,7 +70,9 @@ class QueryEmbedder:
             self.vectors.setdefault(normalise_pattern(text_), vector)
         return self.vectors[text_]
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         missing = [t for t in texts if t not in self.vectors]
         self.unknown += len(missing)
         found = dict(zip(missing, self.model.embed(missing), strict=True)) if missing else {}

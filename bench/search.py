@@ -68,6 +68,7 @@ from sqlalchemy import text
 from app.cli.supervisor import fresh_database
 from app.config import Settings, get_settings
 from app.db.session import owner_engine, unit_of_work
+from app.embedding.base import Owner
 from app.embedding.factory import local_embedder
 from app.layers.semantic.models import Memory
 from app.layers.semantic.search import MemoryFilter, dense_candidates
@@ -314,7 +315,9 @@ class BenchEmbedder:
             self.vectors.setdefault(normalise_pattern(text_), vector)
         return self.vectors[text_]
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         out = []
         for item in texts:
             vector = self.vectors.get(item)

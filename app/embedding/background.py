@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.base import Embedder, EmbeddingError, Owner
 
 # Searches running at once in one process (the API's worker threads) each hold one thread
 # here while their query is embedded; more waiting searches queue.
@@ -50,16 +50,16 @@ class QueryVector:
         return cls(None, vector)
 
     @classmethod
-    def start(cls, embedder: Embedder, text: str) -> QueryVector:
+    def start(cls, embedder: Embedder, text: str, owner: Owner) -> QueryVector:
         """Embedded in a background thread: `get()` waits for it."""
-        return cls(_pool().submit(embedder.embed, [text]), None)
+        return cls(_pool().submit(embedder.embed, [text], [owner]), None)
 
     @classmethod
-    def now(cls, embedder: Embedder, text: str) -> QueryVector:
+    def now(cls, embedder: Embedder, text: str, owner: Owner) -> QueryVector:
         """Embedded before the caller goes on: a remote service's wait (up to its timeout)
         must not hold the database connection the search's words are read on."""
         try:
-            return cls(None, embedder.embed([text])[0])
+            return cls(None, embedder.embed([text], [owner])[0])
         except EmbeddingError as exc:
             vector = cls(None, None)
             vector.error = exc

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.embedding.base import EmbeddingError
+from app.embedding.base import EmbeddingError, Owner
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -122,7 +122,9 @@ class LocalEmbedder:
             self._pid = os.getpid()
             self.load_seconds = time.perf_counter() - started
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one string")
         if not texts:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from app.embedding.base import EmbeddingError
+from app.embedding.base import EmbeddingError, Owner
 from app.http_json import (
     InvalidJSONReply,
     RefusedHTTPError,
@@ -64,7 +64,9 @@ class OpenAICompatibleEmbedder:
         assert self._dim is not None
         return self._dim
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one string")
         out: list[list[float]] = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.text.passages import mean_direction
 
 GEM_KINDS = ("decision", "fact", "preference", "todo", "code", "goal", "event")
@@ -80,13 +80,19 @@ def embedding_parts(gem: Gem) -> list[str]:
     return gem.embed_parts or [embedding_text(gem)]
 
 
-def gem_vectors(embedder: Embedder, parts: Sequence[Sequence[str]]) -> list[list[float]]:
-    """One vector per gem from its texts (`parts`, each gem's embedding_parts), in one
-    embedding call. A joined passage's sentences are its turn's passage keys, embedded (and
-    cached) when the turn was scored, so its vector costs no model call: bench/conversations.py
-    extracted its 8,944 turns in 102.6-105.3 s instead of 119.7-126.0 s embedding runs whole,
-    for ~0.006 of recall@10 there and on bench/quality.py --turns."""
-    flat = embedder.embed([text for texts in parts for text in texts])
+def gem_vectors(
+    embedder: Embedder, parts: Sequence[Sequence[str]], owners: Sequence[Owner]
+) -> list[list[float]]:
+    """One vector per gem from its texts (`parts`, each gem's embedding_parts; `owners`, each
+    gem's tenant and user), in one embedding call. A joined passage's sentences are its turn's
+    passage keys, embedded (and cached, under the same owner) when the turn was scored, so its
+    vector costs no model call: bench/conversations.py extracted its 8,944 turns in
+    102.6-105.3 s instead of 119.7-126.0 s embedding runs whole, for ~0.006 of recall@10 there
+    and on bench/quality.py --turns."""
+    flat = embedder.embed(
+        [text for texts in parts for text in texts],
+        [owner for texts, owner in zip(parts, owners, strict=True) for _ in texts],
+    )
     vectors: list[list[float]] = []
     at = 0
     for texts in parts:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.extraction.smalltalk import is_small_talk_sentence
 from app.keys import RedisKeys
 from app.layers.conceptual.repository import known_terms
@@ -134,7 +134,10 @@ def _score(
     }
     substantive = [t for t in turns if keys.get(t.id)]
     texts = [keys[t.id] for t in substantive]
-    flat = embedder.embed([p for ps in texts for p in ps])
+    flat = embedder.embed(
+        [p for ps in texts for p in ps],
+        [Owner(tenant_id, t.user_id) for t, ps in zip(substantive, texts, strict=True) for _ in ps],
+    )
     # A turn's passages are its dense retrieval keys (app/layers/episodic/search.py); their
     # mean stands for the whole turn when novelty compares it with the user's memories.
     keyed: list[list[Sequence[float]]] = []

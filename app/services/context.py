@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.base import Embedder, EmbeddingError, Owner
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
 from app.limits import blank_problem
@@ -110,13 +110,18 @@ class _Memo:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
-        self._vectors: dict[str, list[float]] = {}
+        self._vectors: dict[tuple[Owner | None, str], list[float]] = {}
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
+        asked = list(zip(owners or [None] * len(texts), texts, strict=True))
+        missing = [pair for pair in dict.fromkeys(asked) if pair not in self._vectors]
         if missing:
-            self._vectors.update(zip(missing, self.inner.embed(missing), strict=True))
-        return [self._vectors[t] for t in texts]
+            whose = [owner for owner, _ in missing if owner is not None]
+            fresh = self.inner.embed([text for _, text in missing], whose if owners else None)
+            self._vectors.update(zip(missing, fresh, strict=True))
+        return [self._vectors[pair] for pair in asked]
 
 
 def _from_prefetch(
@@ -181,7 +186,8 @@ def assemble_context(
             # Read as a search reads it (app/services/search.py): without framing words or
             # names (the names others call a speaker by need the trace: a search's work).
             asked = without_speakers(without_frame(request.query), entry.speakers)
-            vector: list[float] | None = embedder.embed([asked])[0]
+            owner = Owner(tenant_id, request.user_id)
+            vector: list[float] | None = embedder.embed([asked], [owner])[0]
         except EmbeddingError as exc:
             warnings.append(f"embedding backend unavailable: {exc}")
             vector = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.extraction.base import (
     Extractor,
     Gem,
@@ -240,10 +240,15 @@ def embed(settings: Settings, embedder: Embedder, refs: Sequence[BatchRef]) -> S
         extracted = [r for r in rows if r.state == "extracted"]
         tally.skipped += len(ids) - len(extracted)
         ready.append((tenant_id, extracted))
-    gems = [parts for _, rows in ready for r in rows for parts in gem_texts(r)]
-    texts = [t for parts in gems for t in parts]
+    gems = [
+        (Owner(tenant_id, r.user_id), parts)
+        for tenant_id, rows in ready
+        for r in rows
+        for parts in gem_texts(r)
+    ]
+    texts = [(owner, t) for owner, parts in gems for t in parts]
     if texts:
-        embedder.embed(texts)
+        embedder.embed([t for _, t in texts], [owner for owner, _ in texts])
     for tenant_id, rows in ready:
         if rows:
             with unit_of_work(tenant_id, all_agents=True) as session:

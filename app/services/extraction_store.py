@@ -16,7 +16,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.extraction.base import Gem, gem_from_dict, gem_vectors
 from app.layers.conceptual.service import record_entities_of
 from app.layers.episodic import claims
@@ -69,14 +69,16 @@ def _vectors_ahead(
     """Each batch's gem vectors, in one embedding call; a batch whose gems cannot be read
     fails alone, and all of them when the call fails."""
     texts: dict[uuid.UUID, list[list[str]]] = {}
+    owners: list[Owner] = []
     for batch in ahead:
         try:
             texts[batch.id] = gem_texts(batch)
+            owners.extend([Owner(tenant_id, batch.user_id)] * len(texts[batch.id]))
         except Exception as exc:
             tally.failed += 1
             fail(settings, tenant_id, batch.id, exc)
     try:
-        flat = gem_vectors(embedder, [p for found in texts.values() for p in found])
+        flat = gem_vectors(embedder, [p for found in texts.values() for p in found], owners)
     except Exception as exc:
         for batch_id in texts:
             tally.failed += 1

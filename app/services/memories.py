@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.extraction.base import Gem, embedding_text
 from app.layers.conceptual.service import record_entities
 from app.layers.episodic import repository as episodic
@@ -121,7 +121,9 @@ def remember(
     """Store the memories (each result in request order: a new row, or the one it repeats)."""
     now = datetime.now(UTC)
     gems = [_gem(item, now) for item in request.memories]
-    vectors = embedder.embed([embedding_text(g) for g in gems])
+    vectors = embedder.embed(
+        [embedding_text(g) for g in gems], [Owner(tenant_id, request.user_id)] * len(gems)
+    )
     batch_id = uuid.uuid4()
     with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
         # Stores of one user run one at a time, as extraction's do (see extraction.store).

@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.extraction.base import Gem
 from app.layers.conceptual.graph import related_memories
 from app.layers.conceptual.service import record_entities
@@ -158,7 +158,9 @@ def update_memory(
     """Write the edit as the memory's new version (module docstring); raises MemoryNotFoundError
     or VersionConflictError."""
     content = _normalised(edit.content)
-    vector = embedder.embed([content])[0]
+    # Whose memory it is is known before the lock only when the edit names the user.
+    owners = None if edit.user_id is None else [Owner(tenant_id, edit.user_id)]
+    vector = embedder.embed([content], owners)[0]
     now = datetime.now(UTC)
     try:
         with unit_of_work(tenant_id, agent_id=edit.agent_id) as session:

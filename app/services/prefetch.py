@@ -21,7 +21,7 @@ import redis
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.background import QueryVector
-from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.base import Embedder, EmbeddingError, Owner
 from app.keys import RedisKeys
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.episodic import search as turn_search
@@ -96,7 +96,7 @@ def prefetch(
     vector = None
     if conversation:
         try:
-            vector = embedder.embed([conversation])[0]
+            vector = embedder.embed([conversation], [Owner(tenant_id, user_id)])[0]
         except EmbeddingError as exc:
             _log.warning("prefetch without the conversation's vector: %s", exc)
     with unit_of_work(tenant_id) as session:

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder, EmbeddingDimensionError
+from app.embedding.base import Embedder, EmbeddingDimensionError, Owner
 from app.layers.meta import procedures as repository
 from app.layers.meta.repository import register_tenants
 from app.scoring.procedural import (
@@ -149,10 +149,10 @@ def _check_sequence(tool_sequence: object) -> tuple[list[dict[str, Any]], str]:
     return steps, document
 
 
-def _embed_one(embedder: Embedder, text: str, settings: Settings) -> list[float]:
+def _embed_one(embedder: Embedder, text: str, owner: Owner, settings: Settings) -> list[float]:
     """Embed outside any transaction, so no connection is held while the model runs; a
     model/schema dimension mismatch is named here rather than failing inside the INSERT."""
-    vector = embedder.embed([text])[0]
+    vector = embedder.embed([text], [owner])[0]
     if len(vector) != settings.embedding_dim:
         raise EmbeddingDimensionError(
             f"embedding model {embedder.name} gave {len(vector)} dims, schema has "
@@ -186,7 +186,7 @@ def record(
     steps, document = _check_sequence(tool_sequence)
     score = _check_number("success", success, 0.0, 1.0)
     duration = _check_number("duration_ms", duration_ms, 0.0)
-    vector = _embed_one(embedder, pattern, settings)
+    vector = _embed_one(embedder, pattern, Owner(tenant_id, user_id), settings)
     with unit_of_work(tenant_id) as session:
         register_tenants(session=session, tenant_ids=[tenant_id])
         row = repository.record_outcome(
@@ -242,7 +242,7 @@ def suggest(
     with unit_of_work(tenant_id) as session:
         if not repository.any_trusted(session, user_id, min_confidence=threshold):
             return None  # nothing to suggest: the query is not embedded for nothing
-    vector = _embed_one(embedder, pattern, settings)
+    vector = _embed_one(embedder, pattern, Owner(tenant_id, user_id), settings)
     with unit_of_work(tenant_id) as session:
         rows = repository.nearest(session, user_id, vector, NEAREST_K, min_confidence=threshold)
     candidates = [

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.background import QueryVector
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.layers.episodic.names import names_in
 from app.services.access import record_retrieval
 from app.services.knowledge import KNOWLEDGE_USER
@@ -53,17 +53,18 @@ def search(
     # lexical legs; a remote service is a network wait (up to its timeout), done while no
     # connection is held.
     local = settings.embedding_backend == "local"
+    owner = Owner(tenant_id, request.user_id)
     asked_for = without_frame(request.query)
     if not local:
         with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
             names = names_in(session, tenant_id, request.user_id, request.query)
-        vector = QueryVector.now(embedder, names.for_embedding(asked_for))
+        vector = QueryVector.now(embedder, names.for_embedding(asked_for), owner)
     unit = request.unit or settings.search_unit
     window = time_window(request.query, now) if unit == "turns" else None
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if local:
             names = names_in(session, tenant_id, request.user_id, request.query)
-            vector = QueryVector.start(embedder, names.for_embedding(asked_for))
+            vector = QueryVector.start(embedder, names.for_embedding(asked_for), owner)
         # Ranked with the names it calls speakers by spelled as theirs ("Kate" → Emi).
         asked = request.model_copy(update={"query": names.lexical(asked_for)})
         if unit == "turns":

@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder, EmbeddingError
+from app.embedding.base import Embedder, EmbeddingError, Owner
 from app.embedding.factory import get_embedder
 from app.extraction.base import Gem
 from app.keys import RedisKeys
@@ -815,7 +815,9 @@ class DownEmbedder:
     name = "down"
     dim = 384
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         raise EmbeddingError("connection refused")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from sqlalchemy import text
 
 from app.config import Settings
 from app.db.session import unit_of_work
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 from app.embedding.factory import get_embedder
 from app.layers.meta import procedures as repository
 from app.scoring.procedural import ProcedureStats, confidence
@@ -171,9 +172,9 @@ class _Counting:
     def __init__(self, inner: Embedder) -> None:
         self.inner, self.name, self.dim, self.texts = inner, inner.name, inner.dim, 0
 
-    def embed(self, texts: Any) -> list[list[float]]:
+    def embed(self, texts: Any, owners: Sequence[Owner] | None = None) -> list[list[float]]:
         self.texts += len(texts)
-        return self.inner.embed(texts)
+        return self.inner.embed(texts, owners)
 
 
 def test_a_user_without_procedures_gets_nothing_and_no_query_is_embedded(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.config import Settings
+from app.embedding.base import Owner
 from app.embedding.factory import get_embedder
 from app.services.memories import MemoryIn
 from tests.integration.helpers import driver_statements
@@ -27,9 +28,11 @@ class _Recording:
         self.dim = inner.dim
         self.calls: list[tuple[float, float]] = []
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         started = time.monotonic()
-        vectors = self.inner.embed(texts)
+        vectors = self.inner.embed(texts, owners)
         self.calls.append((started, time.monotonic()))
         return vectors
 

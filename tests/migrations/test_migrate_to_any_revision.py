@@ -19,7 +19,7 @@ from app.db.migrate import (
     migrate_to,
     schema_state,
 )
-from app.embedding.base import Embedder
+from app.embedding.base import Embedder, Owner
 
 
 class _NoModel(Embedder):
@@ -28,7 +28,9 @@ class _NoModel(Embedder):
     name = "none"
     dim = 384
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         raise AssertionError("healthz must not embed")
 
 

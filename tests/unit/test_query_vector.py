@@ -9,7 +9,9 @@ from collections.abc import Sequence
 import pytest
 
 from app.embedding.background import QueryVector
-from app.embedding.base import EmbeddingError
+from app.embedding.base import EmbeddingError, Owner
+
+OWNER = Owner("t-one", "alice")
 
 
 class _Embedder:
@@ -20,9 +22,13 @@ class _Embedder:
         self.release = release
         self.fail = fail
         self.calls: list[list[str]] = []
+        self.owners: list[Sequence[Owner] | None] = []
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed(
+        self, texts: Sequence[str], owners: Sequence[Owner] | None = None
+    ) -> list[list[float]]:
         self.calls.append(list(texts))
+        self.owners.append(owners)
         if self.release is not None and not self.release.wait(timeout=10):
             raise AssertionError("the caller never went on while the query was embedded")
         if self.fail is not None:
@@ -38,15 +44,16 @@ def test_a_vector_at_hand_is_returned_as_is() -> None:
 def test_the_caller_goes_on_while_the_query_is_embedded() -> None:
     release = threading.Event()
     embedder = _Embedder(release)
-    vector = QueryVector.start(embedder, "where does Alice like to sit?")
+    vector = QueryVector.start(embedder, "where does Alice like to sit?", OWNER)
     release.set()  # a synchronous embed would still be waiting for this
     assert vector.get() == [1.0, 0.0]
     assert embedder.calls == [["where does Alice like to sit?"]]
+    assert embedder.owners == [[OWNER]]  # a cache keeps it under the asking user only
 
 
 def test_several_readers_get_the_one_vector() -> None:
     embedder = _Embedder()
-    vector = QueryVector.start(embedder, "q")
+    vector = QueryVector.start(embedder, "q", OWNER)
     seen: list[Sequence[float] | None] = []
     readers = [threading.Thread(target=lambda: seen.append(vector.get())) for _ in range(4)]
     for reader in readers:
@@ -58,22 +65,22 @@ def test_several_readers_get_the_one_vector() -> None:
 
 
 def test_a_failed_backend_means_no_vector_and_says_why() -> None:
-    vector = QueryVector.start(_Embedder(fail=EmbeddingError("model server down")), "q")
+    vector = QueryVector.start(_Embedder(fail=EmbeddingError("model server down")), "q", OWNER)
     assert vector.get() is None
     assert vector.error is not None and "model server down" in str(vector.error)
 
 
 def test_a_bug_in_the_embedder_is_not_taken_for_an_outage() -> None:
-    vector = QueryVector.start(_Embedder(fail=ValueError("bad shape")), "q")
+    vector = QueryVector.start(_Embedder(fail=ValueError("bad shape")), "q", OWNER)
     with pytest.raises(ValueError, match="bad shape"):
         vector.get()
 
 
 def test_now_embeds_before_returning_and_keeps_an_outage_as_no_vector() -> None:
     embedder = _Embedder()
-    vector = QueryVector.now(embedder, "q")
+    vector = QueryVector.now(embedder, "q", OWNER)
     assert embedder.calls == [["q"]]  # already asked, before any get()
     assert vector.get() == [1.0, 0.0]
-    down = QueryVector.now(_Embedder(fail=EmbeddingError("timed out")), "q")
+    down = QueryVector.now(_Embedder(fail=EmbeddingError("timed out")), "q", OWNER)
     assert down.get() is None
     assert down.error is not None and "timed out" in str(down.error)
