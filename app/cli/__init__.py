@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
-from sqlalchemy import text
 
 from app.cli.mcp import serve_mcp
 from app.cli.supervisor import (
@@ -32,7 +31,7 @@ from app.config import get_settings
 from app.embedded import postgres as embedded_postgres
 from app.embedded import redis as embedded_redis
 from app.logs import configure_logging
-from app.streams.events import EventValidationError, parse_event_json
+from app.streams.events import EventValidationError, is_identifier, parse_event_json
 
 cli = typer.Typer(
     help="Engram: long-term memory for LLM agents.",
@@ -193,16 +192,15 @@ def serve_api(
     """Serve the REST API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
+    from app.cli.errors import busy_port
+
     _logging(True)
     settings = get_settings()
+    host, port = host or settings.api_host, port or settings.api_port
+    if (problem := busy_port(host, port)) is not None:
+        _refuse(problem.what, problem.fix)
     ensure_services(settings)
-    uvicorn.run(
-        "app.api.app:create_app",
-        factory=True,
-        host=host or settings.api_host,
-        port=port or settings.api_port,
-        workers=workers,
-    )
+    uvicorn.run("app.api.app:create_app", factory=True, host=host, port=port, workers=workers)
 
 
 @tenant_cli.command("create")
@@ -368,21 +366,27 @@ def tail(
 ) -> None:
     """Watch turns and events as they are persisted in L2."""
     from app.db.session import unit_of_work
+    from app.layers.episodic.repository import recent_trace
+    from app.layers.meta.repository import list_tenants
 
-    query = text(
-        "SELECT * FROM ("
-        " SELECT received_at, occurred_at, user_id, channel, 'turn:' || role AS kind,"
-        "  content AS body FROM episodic.turns WHERE received_at > :since"
-        " UNION ALL"
-        " SELECT received_at, occurred_at, user_id, channel, type, payload::text"
-        "  FROM episodic.events WHERE received_at > :since"
-        ") AS rows ORDER BY received_at DESC, occurred_at DESC LIMIT :limit"
-    )
+    if not is_identifier(tenant):
+        _refuse(
+            f"--tenant {tenant!r} is no tenant id (1-128 letters, digits and . _ : @ -,"
+            " starting with a letter or digit)",
+            "check the id",
+        )
+    with unit_of_work(tenant) as session:
+        known = tenant in list_tenants(session=session)
+    if not known:
+        _refuse(
+            f"no tenant {tenant!r} here: none was created or sent anything under that id",
+            "`engram key list` shows the tenants with keys",
+        )
     since = datetime(1970, 1, 1, tzinfo=UTC)
     limit = last
     while True:
         with unit_of_work(tenant) as session:
-            rows = list(reversed(session.execute(query, {"since": since, "limit": limit}).all()))
+            rows = recent_trace(session=session, since=since, limit=limit)
         for row in rows:
             console.print(
                 f"[dim]{row.occurred_at:%Y-%m-%d %H:%M:%S}[/dim] {row.user_id}@{row.channel} "

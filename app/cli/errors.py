@@ -9,6 +9,7 @@ traceback only with `--verbose`.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -179,6 +180,28 @@ def _settings_problem(exc: pydantic.ValidationError) -> Problem:
 
     problems = "; ".join(said(e) for e in exc.errors()[:5])
     return Problem(f"a setting is refused: {problems}", "change it in the environment or .env")
+
+
+def busy_port(host: str, port: int) -> Problem | None:
+    """Bind now, as the server will: a port another process holds is named here, before a
+    server's start-up logs that it could not bind and exits 3."""
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return Problem(f"cannot listen on {host}:{port}: {exc.strerror}", "check the bind address")
+    family, kind, proto, _, address = addresses[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return Problem(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                "stop what listens there, or choose another --port",
+            )
+    return None
 
 
 def without_password(url: str) -> str:

@@ -25,6 +25,7 @@ def serve_mcp(
     caller's own key (Authorization: Bearer), never with one of its own."""
     from engram_memory_client import EngramClient
 
+    from app.cli.errors import busy_port
     from app.mcp import server
 
     api_key = os.environ.get("ENGRAM_API_KEY", "").strip()
@@ -40,6 +41,8 @@ def serve_mcp(
         hint = "--url / ENGRAM_URL" if "base_url" in str(exc) else "ENGRAM_API_KEY"
         raise typer.BadParameter(str(exc), param_hint=hint) from None
     if transport == "http":
+        if (problem := busy_port(host, port)) is not None:
+            raise typer.BadParameter(f"{problem.what}; {problem.fix}", param_hint="--port")
         server.run_http(url, host=host, port=port)
         return
     import anyio

@@ -394,11 +394,22 @@ def test_cli_import_of_a_binary_or_broken_file(tmp_path: Path) -> None:
         ("tenant", "create", "no spaces allowed"),
         ("key", "revoke", "not-a-uuid"),
         ("key", "revoke", "00000000-0000-0000-0000-000000000000"),
+        ("tail", "--tenant", "no spaces allowed", "--no-follow"),
+        ("tail", "--tenant", "t-never-seen-anywhere"),
     ],
     ids=" ".join,
 )
 def test_cli_argument_mistakes_are_one_line_on_stderr(args: tuple[str, ...]) -> None:
     one_line(engram(*args))
+
+
+def test_cli_tail_shows_a_tenant_it_knows() -> None:
+    """`tail` of an unknown tenant watched nothing forever; a known one shows its trace."""
+    tenant = f"t-sweep-{uuid.uuid4().hex[:6]}"
+    assert engram("tenant", "create", tenant).returncode == 0
+    done = engram("tail", "--tenant", tenant, "--no-follow")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
 
 
 @pytest.mark.parametrize(
@@ -431,3 +442,19 @@ def test_cli_a_broken_redis_url_is_one_line(url: str, says: str) -> None:
     for command in (("push", "hi", "--tenant", "t-sweep", "--user", "u"), ("status",)):
         line = one_line(engram(*command, REDIS_URL=url))
         assert says in line and "unexpected error" not in line
+
+
+@pytest.mark.parametrize("command", [("api",), ("mcp", "--transport", "http")], ids=" ".join)
+def test_cli_server_on_a_busy_port_says_so_in_one_line(command: tuple[str, ...]) -> None:
+    """The server's own start-up logged a bind error among its INFO lines and exited 3."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1])
+        done = engram(*command, "--host", "127.0.0.1", "--port", port, ENGRAM_API_KEY="egk_x")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "Started server process" not in done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in " ".join(
+        done.stderr.replace("│", " ").split()
+    )

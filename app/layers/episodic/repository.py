@@ -243,3 +243,20 @@ def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
             {"ids": list(turn_ids)},
         )
     )
+
+
+_RECENT_TRACE = text(
+    "SELECT * FROM ("
+    " SELECT received_at, occurred_at, user_id, channel, 'turn:' || role AS kind,"
+    "  content AS body FROM episodic.turns WHERE received_at > :since"
+    " UNION ALL"
+    " SELECT received_at, occurred_at, user_id, channel, type, payload::text"
+    "  FROM episodic.events WHERE received_at > :since"
+    ") AS rows ORDER BY received_at DESC, occurred_at DESC LIMIT :limit"
+)
+
+
+def recent_trace(*, session: DbSession, since: datetime, limit: int) -> list[Any]:
+    """The scope's turns and events persisted after `since`, oldest first (`engram tail`)."""
+    rows = session.execute(_RECENT_TRACE, {"since": since, "limit": limit}).all()
+    return list(reversed(rows))
