@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 import pydantic
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
@@ -118,8 +120,26 @@ async def run_stdio(api_url: str, api_key: str) -> None:
         await pool.close()
 
 
+class _EndedSessionNoise(logging.Filter):
+    """Drops the MCP library's traceback for a session its client ended: terminating a
+    session closes the stream its server-to-client writer reads, which the library (1.x)
+    logs as an error with a ClosedResourceError traceback each time a client hangs up."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ended = record.exc_info is not None and isinstance(
+            record.exc_info[1], anyio.ClosedResourceError
+        )
+        return not (ended and record.getMessage() == "Error in standalone SSE writer")
+
+
+_ENDED_SESSION_NOISE = _EndedSessionNoise()
+
+
 def http_app(api_url: str, *, host: str = "127.0.0.1", port: int = 8765) -> Starlette:
     """The streamable HTTP app (endpoint MCP_PATH), closing its API clients on shutdown."""
+    streams = logging.getLogger("mcp.server.streamable_http")
+    if _ENDED_SESSION_NOISE not in streams.filters:
+        streams.addFilter(_ENDED_SESSION_NOISE)
     pool = ClientPool(api_url)
     server = build_server(pool, api_key=None, http=True, host=host, port=port)
     app = server.streamable_http_app()

@@ -12,9 +12,12 @@ tenants, users or agents.
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +57,49 @@ def new_user() -> str:
 
 
 # -- MCP ---------------------------------------------------------------------------------------
+
+
+def test_mcp_http_says_nothing_when_clients_hang_up(api: Api, tmp_path: Path) -> None:
+    """Every session a client ended printed the MCP library's ClosedResourceError traceback
+    on the server's stderr, where an operator reads real errors."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path / "mcp.stderr"
+    endpoint = f"http://127.0.0.1:{port}/mcp"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [ENGRAM, "mcp", "--transport", "http", "--port", str(port), "--url", api.url],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(endpoint):
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+
+            async def sessions() -> None:
+                for _ in range(3):
+                    async with http_session(endpoint, api.key_a) as session:
+                        assert (await session.list_tools()).tools
+
+            anyio.run(sessions)
+            time.sleep(0.5)  # the server's side of the last hang-up
+        finally:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=15)
+    said = log.read_text()
+    assert "Traceback" not in said and "ClosedResourceError" not in said, said
+    assert "Error" not in said, said
+
+
+def _answers(endpoint: str) -> bool:
+    try:
+        httpx.get(endpoint, timeout=2)
+    except httpx.TransportError:
+        time.sleep(0.1)
+        return False
+    return True
 
 
 def test_mcp_refuses_arguments_a_tool_does_not_take(api: Api, mcp_http: str) -> None:
