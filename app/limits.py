@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator, Strict
 
 from app.config import get_settings
 
@@ -181,6 +181,16 @@ def _storable_metadata(value: Any) -> Any:
     return value
 
 
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 10.0 as an integer; a string, a bool or 10.5 stays refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# A request's integers take what the OpenAPI schema's "integer" takes, not what lax parsing
+# could coerce ("10", true); booleans and numbers are pydantic's StrictBool and StrictFloat.
+WholeNumber = Annotated[int, BeforeValidator(_integral), Strict()]
 Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
 SafeText = Annotated[str, AfterValidator(refusing(text_problem))]
 # A memory's content: storable, and not blank (see the module docstring).

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import console_routes, insight_routes, knowledge_routes, schemas
@@ -181,6 +182,10 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
                 },
                 status_code=422,
             )
+        if exc.status_code == 405:
+            # Starlette answers from the first route on the path, whose methods alone it
+            # lists; a client reading Allow is told every method the path takes.
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(_allowed(request))}
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(EmbeddingError)
@@ -237,3 +242,17 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
         )
 
     return app
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> list[str]:
+    """The methods some route takes on the request's path (routers included in routers
+    match as one route, so each method is asked rather than each route's list read)."""
+    scope = request.scope
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**scope, "method": method})[0] == Match.FULL for r in request.app.routes)
+    ]

@@ -7,8 +7,17 @@ import uuid
 from datetime import UTC
 from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, HTTPException, Query, Request, Response, status
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from fastapi import (
+    APIRouter,
+    BackgroundTasks,
+    HTTPException,
+    Path,
+    Query,
+    Request,
+    Response,
+    status,
+)
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, TypeAdapter
 
 from app.api import schemas
 from app.api.auth import Tenant
@@ -36,7 +45,6 @@ from app.streams.events import (
     EventValidationError,
     Identifier,
     conflicting_duplicate,
-    is_identifier,
     parse_event,
 )
 from app.streams.producer import NotReplicatedError, ProducerError, StreamFullError
@@ -47,6 +55,7 @@ MAX_EVENTS = 1000
 _SEARCH_RESULT = TypeAdapter(schemas.SearchResult)
 _CONTEXT_RESULT = TypeAdapter(ContextResult)
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
+UserPath = Annotated[str, Path(pattern=IDENTIFIER)]
 AgentId = Annotated[
     str | None,
     Query(pattern=IDENTIFIER, description="the asking agent: its private map besides the shared"),
@@ -291,8 +300,8 @@ class ProcedureIn(BaseModel):
     user_id: Identifier
     query: SafeText = Field(min_length=1, max_length=4000)
     tool_sequence: list[JsonStep] = Field(min_length=1, max_length=100)
-    success: float = Field(ge=0, le=1)
-    duration_ms: float = Field(ge=0)
+    success: StrictFloat = Field(ge=0, le=1)
+    duration_ms: StrictFloat = Field(ge=0)
 
 
 @router.post(
@@ -350,12 +359,11 @@ def suggest_procedure(
 
 @router.delete("/users/{user_id}", tags=["users"], response_model=schemas.ForgetReport)
 def delete_user(
-    user_id: str,
+    user_id: UserPath,
     tenant: Tenant,
     request: Request,
 ) -> dict[str, Any]:
     """Forget a user: every layer and every Redis key of theirs; returns what was removed."""
-    _check_user_id(user_id)
     state = _state(request)
     report = forget_user(
         tenant_id=tenant, user_id=user_id, settings=state.settings, client=state.redis
@@ -364,12 +372,11 @@ def delete_user(
 
 
 @router.get("/users/{user_id}/extraction", tags=["users"], response_model=schemas.ExtractionStatus)
-def extraction_state(user_id: str, tenant: Tenant, request: Request) -> dict[str, Any]:
+def extraction_state(user_id: UserPath, tenant: Tenant, request: Request) -> dict[str, Any]:
     """How far extraction got with what was sent for this user: events still pending ingest
     (in the user's stream partition, other users' included), turns unscored and unclaimed,
     batches in flight or failed. `caught_up`: nothing is left at any of those stops;
     `waiting_for_idle`: only turns below the N-turn trigger are left (see the flush)."""
-    _check_user_id(user_id)
     state = _state(request)
     return extraction_status(state.settings, state.redis, tenant, user_id).as_dict()
 
@@ -381,13 +388,12 @@ def extraction_state(user_id: str, tenant: Tenant, request: Request) -> dict[str
     response_model=schemas.Flushed,
 )
 def flush_extraction(
-    user_id: str, tenant: Tenant, request: Request, background: BackgroundTasks
+    user_id: UserPath, tenant: Tenant, request: Request, background: BackgroundTasks
 ) -> dict[str, Any]:
     """Extract the user's scored, unclaimed turns now, however few: at the end of a
     conversation, fewer than N would wait for the idle timeout. Claims one batch (none while
     the user has two in flight) and runs it after the answer; turns still being ingested or
     scored are not in it (the SDK's wait_until_extracted flushes once they are)."""
-    _check_user_id(user_id)
     state = _state(request)
     flushed, refs = flush(state.settings, tenant, user_id)
     if refs:
@@ -400,8 +406,3 @@ def flush_extraction(
 def stats(tenant: Tenant) -> dict[str, Any]:
     """Rows per layer for this tenant, and its users."""
     return tenant_stats(tenant)
-
-
-def _check_user_id(user_id: str) -> None:
-    if not is_identifier(user_id):
-        raise HTTPException(422, {"message": "bad user id", "fields": ["user_id"]})

@@ -30,14 +30,14 @@ from typing import Any, Literal
 
 import numpy as np
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError, Owner
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
-from app.limits import blank_problem
+from app.limits import WholeNumber, blank_problem
 from app.scoring.retrieval import memory_prior, recency
 from app.services import procedures
 from app.services.access import record_retrieval
@@ -85,11 +85,11 @@ class ContextRequest(BaseModel):
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)
     channel: Channel | None = None
-    token_budget: int | None = Field(default=None, ge=50, le=200_000)
+    token_budget: WholeNumber | None = Field(default=None, ge=50, le=200_000)
     agent_id: Identifier | None = Field(
         default=None, description="the asking agent: its private map besides the shared"
     )
-    include_knowledge: bool = Field(default=False, description="also the tenant's knowledge")
+    include_knowledge: StrictBool = Field(default=False, description="also the tenant's knowledge")
 
 
 @dataclass

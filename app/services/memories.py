@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, field_validator
 
 from app.config import Settings
 from app.db.session import unit_of_work
@@ -49,7 +49,7 @@ class MemoryIn(BaseModel):
 
     content: ContentText = Field(min_length=1, max_length=20_000)
     kind: Literal[MEMORY_KINDS] = "fact"  # type: ignore[valid-type]
-    importance: float = Field(default=0.5, ge=0, le=1)
+    importance: StrictFloat = Field(default=0.5, ge=0, le=1)
     occurred_at: Timestamp | None = Field(
         default=None,
         description="when it happened or was learnt (default: now); "
@@ -84,7 +84,7 @@ class RememberRequest(BaseModel):
     agent_id: Identifier | None = Field(
         default=None, description="the agent whose private map they join (none: the user's)"
     )
-    shared: bool = Field(
+    shared: StrictBool = Field(
         default=False, description="an agent's memories every agent of the user may read"
     )
 

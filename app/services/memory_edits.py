@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat
 from sqlalchemy.exc import IntegrityError
 
 from app.config import Settings
@@ -93,7 +93,7 @@ class MemoryEdit(BaseModel):
         " shared ones (none: those only)",
     )
     kind: Literal[MEMORY_KINDS] | None = None  # type: ignore[valid-type]
-    importance: float | None = Field(default=None, ge=0, le=1)
+    importance: StrictFloat | None = Field(default=None, ge=0, le=1)
     metadata: Metadata | None = Field(
         default=None, description="replaces the old version's metadata when given"
     )

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
 from app.config import Settings
 from app.layers.semantic.models import MEMORY_KINDS
+from app.limits import WholeNumber
 from app.scoring.retrieval import PriorWeights
 from app.streams.events import Channel, Identifier
 from app.text.injection import SUSPECTED_INSTRUCTION
@@ -25,13 +26,13 @@ class SearchRequest(BaseModel):
 
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)
-    limit: int = Field(default=10, ge=1, le=100)
+    limit: WholeNumber = Field(default=10, ge=1, le=100)
     agent_id: Identifier | None = Field(
         default=None,
         description="the asking agent: its private memories besides the user's and the shared"
         " ones (none: the user's and the shared only)",
     )
-    include_knowledge: bool = Field(
+    include_knowledge: StrictBool = Field(
         default=False, description="also the tenant's knowledge (hits marked scope: knowledge)"
     )
     unit: Literal["turns", "memories"] | None = Field(
@@ -44,16 +45,16 @@ class SearchRequest(BaseModel):
     kinds: list[Literal[MEMORY_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
     since: datetime | None = None
     until: datetime | None = None
-    min_importance: float | None = Field(default=None, ge=0, le=1)
-    include_superseded: bool = False
-    include_archived: bool = Field(
+    min_importance: StrictFloat | None = Field(default=None, ge=0, le=1)
+    include_superseded: StrictBool = False
+    include_archived: StrictBool = Field(
         default=False, description="also memories decay archived (restore brings them back)"
     )
-    include_turns: bool | None = Field(
+    include_turns: StrictBool | None = Field(
         default=None,
         description="memories unit: search raw L2 turns too (default: the server's setting)",
     )
-    record: bool = Field(
+    record: StrictBool = Field(
         default=True,
         description="record this search as the user's retrieval: access counts, the decay"
         " clock and Hebbian co-activation (false: an operator's look that changes nothing)",

@@ -287,6 +287,99 @@ def test_a_number_that_is_no_number_is_a_422(
 
 
 @pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/search", {"user_id": "u-t", "query": "kayaks", "limit": "7"}, "limit"),
+        ("/v1/search", {"user_id": "u-t", "query": "kayaks", "limit": True}, "limit"),
+        ("/v1/search", {"user_id": "u-t", "query": "kayaks", "limit": 7.5}, "limit"),
+        ("/v1/search", {"user_id": "u-t", "query": "kayaks", "record": 0}, "record"),
+        (
+            "/v1/search",
+            {"user_id": "u-t", "query": "x", "include_knowledge": "no"},
+            "include_knowledge",
+        ),
+        (
+            "/v1/search",
+            {"user_id": "u-t", "query": "kayaks", "min_importance": "0.5"},
+            "min_importance",
+        ),
+        (
+            "/v1/context",
+            {"user_id": "u-t", "query": "kayaks", "token_budget": "900"},
+            "token_budget",
+        ),
+        ("/v1/memories", {"user_id": "u-t", "memories": [{"content": "x"}], "shared": 1}, "shared"),
+        (
+            "/v1/memories",
+            {"user_id": "u-t", "memories": [{"content": "Kayaks.", "importance": "1"}]},
+            "memories[0].importance",
+        ),
+    ],
+)
+def test_a_value_of_another_json_type_is_a_422(
+    api: TestClient, caller: tuple[str, dict[str, str]], path: str, body: Any, field: str
+) -> None:
+    """Found by fuzzing against the OpenAPI schema: lax parsing took "7" and true for an
+    integer, 0 and "no" for a boolean, "0.5" for a number, where the schema the clients are
+    generated from says integer, boolean and number. Each is now refused, naming the field;
+    nothing was stored."""
+    tenant, headers = caller
+    assert _fields(_post(api, path, body, headers)) == [field]
+    with unit_of_work(tenant) as session:
+        assert session.scalar(text("SELECT count(*) FROM semantic.memories")) == 0
+
+
+def test_an_integral_number_is_an_integer(
+    api: TestClient, caller: tuple[str, dict[str, str]]
+) -> None:
+    """JSON Schema counts 7.0 as an integer, so a client may send it."""
+    _, headers = caller
+    found = _post(api, "/v1/search", {"user_id": "u-t", "query": "kayaks", "limit": 7.0}, headers)
+    assert found.status_code == 200, found.text[:300]
+
+
+def test_a_method_a_path_does_not_take_lists_every_one_it_does(
+    api: TestClient, caller: tuple[str, dict[str, str]]
+) -> None:
+    """Found: a 405's Allow named the methods of the first route on the path only
+    ("POST" for /v1/memories, which also answers GET)."""
+    _, headers = caller
+    memory = f"/v1/memories/{uuid.uuid4()}"
+    for method, path, allowed in [
+        ("OPTIONS", "/v1/memories", "GET, POST"),
+        ("PUT", memory, "GET, PATCH, DELETE"),
+        ("GET", "/v1/search", "POST"),
+    ]:
+        response = api.request(method, path, headers=headers)
+        assert response.status_code == 405, (method, path)
+        assert response.headers["allow"] == allowed, (method, path)
+
+
+def test_a_user_id_in_the_path_is_refused_as_the_schema_says(
+    api: TestClient, caller: tuple[str, dict[str, str]]
+) -> None:
+    """The path's user id was checked by hand after the schema had called it any string; the
+    schema now states the pattern, and the answer names it."""
+    _, headers = caller
+    schema = api.get("/openapi.json").json()
+    for path, method in [
+        ("/v1/users/{user_id}", "delete"),
+        ("/v1/users/{user_id}/extraction", "get"),
+        ("/v1/users/{user_id}/extraction/flush", "post"),
+    ]:
+        (param,) = [p for p in schema["paths"][path][method]["parameters"] if p["in"] == "path"]
+        assert param["schema"]["pattern"].startswith("^[A-Za-z0-9]")
+    for method, path in [
+        ("DELETE", "/v1/users/~knowledge"),
+        ("GET", "/v1/users/~knowledge/extraction"),
+        ("POST", "/v1/users/~knowledge/extraction/flush"),
+    ]:
+        response = api.request(method, path, headers=headers)
+        assert _fields(response) == ["user_id"], (method, path)
+        assert "should match pattern" in response.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize(
     ("since", "until"),
     [
         ("2026-01-01T00:00:00", "2026-01-01T00:00:00Z"),  # equal, naive against aware
