@@ -120,12 +120,14 @@ def context_metrics(
     return metrics
 
 
-def turn_events(conversation: Conversation) -> list[dict[str, Any]]:
+def turn_events(conversation: Conversation, roles: str = "user-assistant") -> list[dict[str, Any]]:
+    """`roles`: "user-assistant" sends the second speaker as the assistant; "user" sends both
+    people as users, told apart by their speaker names alone (a chat between two people)."""
     return [
         {
             "type": "turn",
             "user_id": conversation.user_id,
-            "role": turn.role,
+            "role": "user" if roles == "user" else turn.role,
             "speaker": turn.speaker,
             "external_id": turn.dia_id,
             "channel": "chat",
@@ -169,7 +171,7 @@ def ingest(client: Any, settings: Any, todo: list[Conversation], args: Any) -> f
             time.sleep(0.2)
         started = time.perf_counter()
         for conversation in todo:
-            events = turn_events(conversation)
+            events = turn_events(conversation, args.roles)
             for start in range(0, len(events), BATCH):
                 client.send_events(events[start : start + BATCH])
         deadline = time.monotonic() + args.timeout
@@ -362,6 +364,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep the database and its users")
     parser.add_argument("--json", type=Path, default=None, help="per-question output")
     parser.add_argument("--workers", type=int, default=2, help="worker concurrency")
+    parser.add_argument(
+        "--roles",
+        choices=("user-assistant", "user"),
+        default="user-assistant",
+        help="the second speaker as the assistant, or both people as users (speaker names only)",
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="extraction wait, seconds")
     args = parser.parse_args(argv)
     if not any(args.data.glob("Chat_*.json")) and (args.data / "realtalk").is_dir():

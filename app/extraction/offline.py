@@ -132,7 +132,7 @@ class OfflineExtractor:
                 lead = None
                 continue
             draft = None
-            if index == 0 and question is not None and question.turn.role != turn.role:
+            if index == 0 and question is not None and party(question.turn) != party(turn):
                 draft = self._answer(segment.text, turn, speaker, listener, question, **flags)
             if draft is None:
                 draft = self._sentence(segment.text, turn, speaker, listener, heard, **flags)
@@ -323,12 +323,12 @@ def _replied_to(turn: SourceTurn, timeline: Sequence[SourceTurn]) -> list[Source
     """The other person's last turns before this one (a run of up to three): what a remark
     in this turn may be echoing."""
     position = next((i for i, t in enumerate(timeline) if t.id == turn.id), len(timeline))
-    me = (turn.role, display_name(turn))
+    me = party(turn)
     before = list(timeline[:position])
-    while before and (before[-1].role, display_name(before[-1])) == me:
+    while before and party(before[-1]) == me:
         before.pop()
     run: list[SourceTurn] = []
-    while before and len(run) < 3 and (before[-1].role, display_name(before[-1])) != me:
+    while before and len(run) < 3 and party(before[-1]) != me:
         run.append(before.pop())
     return [t for t in run if isinstance(t.content, str)]
 
@@ -341,14 +341,21 @@ def display_name(turn: SourceTurn) -> str:
     return name
 
 
+def party(turn: SourceTurn) -> tuple[str, str]:
+    """Who is talking: role and name together, so two people who are both "user" (a chat
+    between two people, told apart by speaker) are two parties, as a user and an assistant
+    are."""
+    return turn.role, display_name(turn)
+
+
 def listener_of(turn: SourceTurn, timeline: Sequence[SourceTurn]) -> str:
-    """Who "you" is: the nearest turn of the other role, before this one, else after it."""
-    other = "user" if turn.role == "assistant" else "assistant"
+    """Who "you" is: the nearest turn of another party, before this one, else after it."""
+    me = party(turn)
     position = next((i for i, t in enumerate(timeline) if t.id == turn.id), len(timeline))
-    before = [t for t in timeline[:position] if t.role == other]
-    after = [t for t in timeline[position + 1 :] if t.role == other]
+    before = [t for t in timeline[:position] if t.role in _ROLES and party(t) != me]
+    after = [t for t in timeline[position + 1 :] if t.role in _ROLES and party(t) != me]
     if before:
         return display_name(before[-1])
     if after:
         return display_name(after[0])
-    return f"the {other}"
+    return f"the {'user' if turn.role == 'assistant' else 'assistant'}"

@@ -518,3 +518,25 @@ def test_inline_code_is_not_split_and_fences_are_whole() -> None:
         ("SELECT 1;", True, "sql"),
         ("Done.", False, ""),
     ]
+
+
+def test_two_people_both_users_are_told_apart_by_name() -> None:
+    """A chat between two people sends both as role "user", named by `speaker`: "you" is
+    the other person and an answer joins the other person's question, as between a user and
+    an assistant."""
+    gems = extract(
+        turn("t1", "Where are you flying next month?", speaker="Kate"),
+        turn("t2", "Lisbon, with my sister.", speaker="Emi"),
+        turn("t3", "You should try the pastries there, I loved them.", speaker="Kate"),
+    )
+    contents = {g.content: g.source_turn_ids for g in gems}
+    assert contents == {
+        "Where is Emi flying in 2026-04? Emi: Lisbon, with Emi's sister.": ["t2", "t1"],
+        "Emi should try the pastries there, Kate loved them.": ["t3"],
+    }
+    # One person's run of turns is still one party: no answer to one's own question.
+    alone = extract(
+        turn("t1", "Where am I flying next month?", speaker="Kate"),
+        turn("t2", "Lisbon, with my sister.", speaker="Kate"),
+    )
+    assert all(g.source_turn_ids == ["t2"] for g in alone)
