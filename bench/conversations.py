@@ -49,6 +49,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,18 @@ def context_metrics(
     return metrics
 
 
-def turn_events(conversation: Conversation, roles: str = "user-assistant") -> list[dict[str, Any]]:
+def turn_events(
+    conversation: Conversation, roles: str = "user-assistant", times: str = "turn"
+) -> list[dict[str, Any]]:
     """`roles`: "user-assistant" sends the second speaker as the assistant; "user" sends both
-    people as users, told apart by their speaker names alone (a chat between two people)."""
+    people as users, told apart by their speaker names alone (a chat between two people).
+    `times`: "turn" sends each message's own time; "session" the time its session began for
+    every turn of it, as a producer that knows only when a session was held would (turns of
+    one time are then told apart by the order they were sent in)."""
+    began: dict[str, datetime] = {}
+    for turn in conversation.turns:
+        session = turn.dia_id.split(":")[0]
+        began[session] = min(began.get(session, turn.at), turn.at)
     return [
         {
             "type": "turn",
@@ -132,7 +142,7 @@ def turn_events(conversation: Conversation, roles: str = "user-assistant") -> li
             "external_id": turn.dia_id,
             "channel": "chat",
             "content": turn.content,
-            "timestamp": turn.at,
+            "timestamp": began[turn.dia_id.split(":")[0]] if times == "session" else turn.at,
         }
         for turn in conversation.turns
     ]
@@ -171,7 +181,7 @@ def ingest(client: Any, settings: Any, todo: list[Conversation], args: Any) -> f
             time.sleep(0.2)
         started = time.perf_counter()
         for conversation in todo:
-            events = turn_events(conversation, args.roles)
+            events = turn_events(conversation, args.roles, args.times)
             for start in range(0, len(events), BATCH):
                 client.send_events(events[start : start + BATCH])
         deadline = time.monotonic() + args.timeout
@@ -369,6 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("user-assistant", "user"),
         default="user-assistant",
         help="the second speaker as the assistant, or both people as users (speaker names only)",
+    )
+    parser.add_argument(
+        "--times",
+        choices=("turn", "session"),
+        default="turn",
+        help="each turn's own time, or its session's start for all its turns (ties in order sent)",
     )
     parser.add_argument("--timeout", type=float, default=3600, help="extraction wait, seconds")
     args = parser.parse_args(argv)

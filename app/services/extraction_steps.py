@@ -159,7 +159,10 @@ def _extract_inputs(
         contexts = claims.contexts_before(
             session=session,
             tenant_id=tenant_id,
-            points=[(b.user_id, turns[b.id][0].occurred_at) for b in started],
+            points=[
+                claims.Before(first.user_id, first.occurred_at, first.arrival, first.id)
+                for first in (turns[b.id][0] for b in started)
+            ],
             limit=CONTEXT_TURNS,
         )
     context_of = {b.id: rows for b, rows in zip(started, contexts, strict=True)}

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.db.session import app_engine, set_tenant, unit_of_work
 from app.layers.episodic import repository as episodic
+from app.layers.episodic.message_order import arrival_key
 from app.layers.episodic.sessions import TurnRef, assign_sessions, session_window
 from app.layers.meta import repository as meta
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
@@ -254,6 +255,7 @@ class IngestService:
                     content=event.content,
                     tokens=turn.tokens,
                     at=event.timestamp,
+                    arrival=arrival_key(turn.entry_id),
                 )
             )
         self.working.push(batches)

@@ -200,7 +200,7 @@ def test_a_call_of_batches_reads_their_users_partitions(tenant: str) -> None:
         context = claims.contexts_before(
             session=session,
             tenant_id=tenant,
-            points=[(u, T0 + timedelta(minutes=3)) for u in chosen],
+            points=[claims.Before(u, T0 + timedelta(minutes=3)) for u in chosen],
             limit=10,
         )
         read_scans = _scanned_since(session, before)

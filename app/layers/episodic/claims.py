@@ -8,12 +8,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session as DbSession
 
 from app.layers.episodic import context_words
+from app.layers.episodic.message_order import arrival
 
 
 def unextracted_counts(
@@ -92,12 +93,12 @@ def claim_users_turns(
     # One row past `limit + tail` tells whether the remainder would still reach the trigger.
     rows = session.execute(
         text(
-            "SELECT g.n, t.id FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS g(u, n)"
-            " CROSS JOIN LATERAL (SELECT id, occurred_at FROM episodic.turns"
-            "  WHERE tenant_id = :tenant AND user_id = g.u"
+            "SELECT g.n, t.id FROM unnest(CAST(:users AS text[])) WITH ORDINALITY AS g(u, n)"  # noqa: S608
+            f" CROSS JOIN LATERAL (SELECT id, occurred_at, {arrival('')} AS arrival"
+            "  FROM episodic.turns WHERE tenant_id = :tenant AND user_id = g.u"
             "  AND extraction_batch_id IS NULL AND salience IS NOT NULL"
-            "  ORDER BY occurred_at, id LIMIT :limit FOR UPDATE SKIP LOCKED) AS t"
-            " ORDER BY g.n, t.occurred_at, t.id"
+            f"  ORDER BY occurred_at, {arrival('')}, id LIMIT :limit FOR UPDATE SKIP LOCKED)"
+            " AS t ORDER BY g.n, t.occurred_at, t.arrival, t.id"
         ),
         {
             "tenant": tenant_id,
@@ -178,13 +179,13 @@ def batch_turns(*, session: DbSession, batch_id: uuid.UUID) -> list[Any]:
     return list(
         session.execute(
             text(
-                "SELECT t.id, t.user_id, t.session_id, t.external_id, t.role, t.speaker,"
+                "SELECT t.id, t.user_id, t.session_id, t.external_id, t.role, t.speaker,"  # noqa: S608
                 " t.content, t.channel, t.occurred_at,"
                 " coalesce(t.emotional_intensity, 0) AS emotional_intensity,"
                 " coalesce(t.salience, 0) AS salience, t.agent_id"
                 " FROM episodic.turns AS t WHERE t.extraction_batch_id = :batch"
                 " AND t.user_id = (SELECT b.user_id FROM semantic.extraction_batches AS b"
-                " WHERE b.id = :batch) ORDER BY t.occurred_at, t.id"
+                f" WHERE b.id = :batch) ORDER BY t.occurred_at, {arrival('t.')}, t.id"
             ),
             {"batch": batch_id},
         )
@@ -202,15 +203,15 @@ def turns_of_batches(
         return {}
     rows = session.execute(
         text(
-            "SELECT b.id AS batch_id, t.* FROM unnest(CAST(:ids AS uuid[]),"
+            "SELECT b.id AS batch_id, t.* FROM unnest(CAST(:ids AS uuid[]),"  # noqa: S608
             " CAST(:users AS text[])) AS b(id, u)"
             " CROSS JOIN LATERAL (SELECT id, user_id, session_id, external_id, role, speaker,"
-            "  content, channel, occurred_at,"
+            f"  content, channel, occurred_at, {arrival('')} AS arrival,"
             "  coalesce(emotional_intensity, 0) AS emotional_intensity,"
             "  coalesce(salience, 0) AS salience, agent_id FROM episodic.turns"
             "  WHERE tenant_id = :tenant AND user_id = b.u AND extraction_batch_id = b.id"
             "  OFFSET 0) AS t"
-            " ORDER BY b.id, t.occurred_at, t.id"
+            " ORDER BY b.id, t.occurred_at, t.arrival, t.id"
         ),
         {"tenant": tenant_id, "ids": [b for b, _ in batches], "users": [u for _, u in batches]},
     )
@@ -220,31 +221,54 @@ def turns_of_batches(
     return found
 
 
+class Before(NamedTuple):
+    """A place in a user's message order: a turn's (time, arrival, id), or with the defaults
+    the start of a time (everything before it and nothing of it)."""
+
+    user_id: str
+    occurred_at: datetime
+    arrival: str = ""
+    id: uuid.UUID = uuid.UUID(int=0)
+
+
 def contexts_before(
-    *, session: DbSession, tenant_id: str, points: Sequence[tuple[str, datetime]], limit: int
+    *, session: DbSession, tenant_id: str, points: Sequence[Before], limit: int
 ) -> list[list[Any]]:
-    """For each (user, before) point, in order: the user's turns just before it, newest
-    first, with each turn's token count (counted once, at ingest); for the extractor to
-    read. One statement, a LATERAL per point (each pruned to the user's partition)."""
+    """For each point (say, a batch's first turn), in order:
+    the user's turns just before it in message order (message_order.py), newest first, with
+    each turn's token count (counted once, at ingest); for the extractor to read. Turns of
+    the point's own time that arrived before it are context too (a session stamped with one
+    time). One statement, a LATERAL per point (each pruned to the user's partition): the
+    turns of the point's time, and the `limit` latest before it with all of the oldest one's
+    time, so the order's ties are settled among whole groups of one time."""
     if not points:
         return []
+    columns = "id, user_id, session_id, external_id, role, speaker, content, channel,"
+    columns += f" occurred_at, token_count, {arrival('')} AS arrival"
+    earlier = "tenant_id = :tenant AND user_id = g.u AND occurred_at < g.b"
     rows = session.execute(
         text(
-            "SELECT g.n, c.id, c.user_id, c.session_id, c.external_id, c.role, c.speaker,"
-            " c.content, c.channel, c.occurred_at, c.token_count"
-            " FROM unnest(CAST(:users AS text[]), CAST(:befores AS timestamptz[]))"
-            " WITH ORDINALITY AS g(u, b, n)"
-            " CROSS JOIN LATERAL (SELECT id, user_id, session_id, external_id, role, speaker,"
-            "  content, channel, occurred_at, token_count FROM episodic.turns"
-            "  WHERE tenant_id = :tenant"
-            "  AND user_id = g.u AND occurred_at < g.b ORDER BY occurred_at DESC LIMIT :limit)"
-            " AS c ORDER BY g.n, c.occurred_at DESC"
+            "SELECT g.n, c.* FROM unnest(CAST(:users AS text[]),"  # noqa: S608
+            " CAST(:befores AS timestamptz[]), CAST(:arrivals AS text[]), CAST(:ids AS uuid[]))"
+            " WITH ORDINALITY AS g(u, b, a, i, n)"
+            f" CROSS JOIN LATERAL (SELECT * FROM (SELECT {columns} FROM episodic.turns"
+            "  WHERE tenant_id = :tenant AND user_id = g.u AND occurred_at = g.b"
+            f"  AND ({arrival('')}, id) < (g.a, g.i)"
+            f"  UNION ALL SELECT {columns} FROM episodic.turns WHERE {earlier}"
+            "  AND occurred_at >= coalesce((SELECT occurred_at FROM episodic.turns"
+            f"  WHERE {earlier} ORDER BY occurred_at DESC OFFSET :last LIMIT 1), '-infinity'))"
+            " AS w"
+            "  ORDER BY occurred_at DESC, arrival DESC, id DESC LIMIT :limit) AS c"
+            " ORDER BY g.n, c.occurred_at DESC, c.arrival DESC, c.id DESC"
         ),
         {
             "tenant": tenant_id,
-            "users": [u for u, _ in points],
-            "befores": [b for _, b in points],
+            "users": [p.user_id for p in points],
+            "befores": [p.occurred_at for p in points],
+            "arrivals": [p.arrival for p in points],
+            "ids": [p.id for p in points],
             "limit": limit,
+            "last": max(limit - 1, 0),
         },
     )
     found: list[list[Any]] = [[] for _ in points]

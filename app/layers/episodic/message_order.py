@@ -25,6 +25,12 @@ def arrival(alias: str) -> str:
     )
 
 
+def arrival_key(entry_id: str | None) -> str:
+    """`arrival` in Python, for orders kept outside Postgres (working memory)."""
+    ms, _, seq = (entry_id or "").partition("-")
+    return f"{ms:0>20}-{seq:0>20}"
+
+
 MESSAGE_ORDER = f"occurred_at, {arrival('')}, id"
 
 # The user's turns with ids :ids, with what a walk from them needs.

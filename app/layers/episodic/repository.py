@@ -229,22 +229,6 @@ def close_idle_sessions(*, session: DbSession, tenant_id: str, before: datetime)
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def load_turns(*, session: DbSession, turn_ids: Sequence[str]) -> list[Any]:
-    """Turns by id (under the current tenant scope), oldest first."""
-    if not turn_ids:
-        return []
-    return list(
-        session.execute(
-            text(
-                "SELECT id, user_id, session_id, external_id, role, speaker, content, channel,"
-                " occurred_at FROM episodic.turns WHERE id = ANY(CAST(:ids AS uuid[]))"
-                " ORDER BY occurred_at, id"
-            ),
-            {"ids": list(turn_ids)},
-        )
-    )
-
-
 _RECENT_TRACE = text(
     "SELECT * FROM ("
     " SELECT received_at, occurred_at, user_id, channel, 'turn:' || role AS kind,"

@@ -73,7 +73,11 @@ return {evicted + late, redis.call('LLEN', KEYS[3])}
 
 
 # json.dumps(member, sort_keys=True, ensure_ascii=False, separators=(",", ":")), by hand.
-_MEMBER = '{"at":%s,"channel":%s,"content":%s,"id":%s,"role":%s,"speaker":%s,"tokens":%d}'
+# `arrival` leads the member, so turns of one score (one millisecond: a session a producer
+# stamped with one time) sort in the order they were sent.
+_MEMBER = (
+    '{"arrival":%s,"at":%s,"channel":%s,"content":%s,"id":%s,"role":%s,"speaker":%s,"tokens":%d}'
+)
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,13 @@ class WorkingTurn:
     content: str
     tokens: int
     at: datetime
+    arrival: str = ""  # message_order.arrival_key of its stream entry
 
     def member(self) -> str:
         """The turn as compact JSON with sorted keys (the sorted set's member), written out
         field by field: every ingested turn is one, and a general encoder costs twice as much."""
         return _MEMBER % (
+            _quote(self.arrival),
             _quote(self.at.isoformat()),
             _quote(self.channel),
             _quote(self.content),
@@ -110,7 +116,12 @@ class WorkingTurn:
             content=data["content"],
             tokens=int(data["tokens"]),
             at=datetime.fromisoformat(data["at"]),
+            arrival=data.get("arrival", ""),
         )
+
+    def order(self) -> tuple[datetime, str]:
+        """Message order: time, then arrival (app/layers/episodic/message_order.py)."""
+        return self.at, self.arrival
 
 
 @dataclass(frozen=True)
@@ -191,7 +202,7 @@ class WorkingMemoryStore:
                     state = pipe.hmget(state_key, "summary", "turns_summarised")
                     summary = (state[0] or b"").decode()
                     done = int(state[1] or 0)
-                    turns = sorted((WorkingTurn.from_member(m) for m in raw), key=lambda t: t.at)
+                    turns = sorted(map(WorkingTurn.from_member, raw), key=WorkingTurn.order)
                     summary = fold_summary(
                         summary,
                         [(t.speaker, t.content) for t in turns],
@@ -225,7 +236,7 @@ class WorkingMemoryStore:
         return WorkingMemory(
             tenant_id=tenant_id,
             user_id=user_id,
-            turns=[WorkingTurn.from_member(m) for m in members],
+            turns=sorted(map(WorkingTurn.from_member, members), key=WorkingTurn.order),
             token_count=int(fields.get("token_count", 0)),
             summary=fields.get("summary", ""),
             summary_tokens=int(fields.get("summary_tokens", 0)),
