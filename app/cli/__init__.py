@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from app.cli.mcp import serve_mcp
+from app.cli.output import console, refuse
 from app.cli.supervisor import (
     ProcessGroup,
     announce_deployment,
@@ -27,11 +24,12 @@ from app.cli.supervisor import (
     with_services,
     worker_command,
 )
+from app.cli.tenants import key_cli, tenant_cli
+from app.cli.trace import import_events, push, tail
 from app.config import get_settings
 from app.embedded import postgres as embedded_postgres
 from app.embedded import redis as embedded_redis
 from app.logs import configure_logging
-from app.streams.events import EventValidationError, is_identifier, parse_event_json
 
 cli = typer.Typer(
     help="Engram: long-term memory for LLM agents.",
@@ -40,16 +38,10 @@ cli = typer.Typer(
 )
 services_cli = typer.Typer(help="Embedded Postgres/Redis for machines without their own.")
 cli.add_typer(services_cli, name="services")
-tenant_cli = typer.Typer(help="Tenants.", no_args_is_help=True)
 cli.add_typer(tenant_cli, name="tenant")
-key_cli = typer.Typer(
-    help="API keys: minted per tenant, shown once, revocable.", no_args_is_help=True
-)
 cli.add_typer(key_cli, name="key")
 cli.command("mcp")(serve_mcp)
-console = Console(width=None if Console().is_terminal else 140)
 
-IMPORT_CHUNK = 500
 _verbose = False
 
 
@@ -63,15 +55,6 @@ def _options(
     """Engram: long-term memory for LLM agents."""
     global _verbose
     _verbose = verbose
-
-
-def _refuse(what: str, fix: str, code: int = 2) -> NoReturn:
-    """A mistake in the command's own arguments: one line on stderr, as main() prints the
-    others (`engram: what; fix`), and a non-zero exit."""
-    Console(stderr=True, width=console.width).print(
-        f"[red]engram: {escape(what)}; {escape(fix)}[/red]", soft_wrap=True
-    )
-    raise typer.Exit(code)
 
 
 def _logging(verbose: bool) -> None:
@@ -198,205 +181,14 @@ def serve_api(
     settings = get_settings()
     host, port = host or settings.api_host, port or settings.api_port
     if (problem := busy_port(host, port)) is not None:
-        _refuse(problem.what, problem.fix)
+        refuse(problem.what, problem.fix)
     ensure_services(settings)
     uvicorn.run("app.api.app:create_app", factory=True, host=host, port=port, workers=workers)
 
 
-@tenant_cli.command("create")
-@with_services
-def tenant_create(
-    tenant: Annotated[str, typer.Argument(help="Tenant id.")],
-    key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
-) -> None:
-    """Register a tenant and mint its first API key (printed once)."""
-    from app.services.tenants import TenantError, mint_key
-
-    ensure_services(get_settings())
-    try:
-        minted = mint_key(tenant, key_name)
-    except TenantError as exc:
-        _refuse(str(exc), "choose a tenant id of that form")
-    console.print(f"tenant {tenant} ready; API key {minted.id} (shown once):")
-    typer.echo(minted.key)
-
-
-@key_cli.command("create")
-@with_services
-def key_create(
-    tenant: Annotated[str, typer.Option(help="Tenant id.")],
-    name: Annotated[str, typer.Option(help="What the key is for.")] = "",
-) -> None:
-    """Mint an API key for a tenant; the key is printed once and stored only as a hash."""
-    from app.services.tenants import TenantError, mint_key
-
-    ensure_services(get_settings())
-    try:
-        minted = mint_key(tenant, name)
-    except TenantError as exc:
-        _refuse(str(exc), "choose a --tenant of that form")
-    console.print(f"key {minted.id} for tenant {tenant} (shown once):")
-    typer.echo(minted.key)
-
-
-@key_cli.command("list")
-@with_services
-def key_list(tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None) -> None:
-    """Keys (ids, names, prefixes, state); never the secrets."""
-    from app.services.tenants import list_keys
-
-    ensure_services(get_settings())
-    table = Table("id", "tenant", "name", "prefix", "created", "revoked")
-    for row in list_keys(tenant):
-        table.add_row(
-            str(row.id),
-            row.tenant_id,
-            row.name,
-            row.key_prefix,
-            f"{row.created_at:%Y-%m-%d %H:%M}",
-            f"{row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "",
-        )
-    console.print(table)
-
-
-@key_cli.command("revoke")
-@with_services
-def key_revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id (from key list).")],
-) -> None:
-    """Revoke a key; API processes stop accepting it within a few seconds."""
-    import uuid
-
-    from app.services.tenants import revoke_key
-
-    ensure_services(get_settings())
-    try:
-        parsed = uuid.UUID(key_id)
-    except ValueError:
-        _refuse(f"not a key id: {key_id!r}", "give the id `engram key list` shows")
-    if not revoke_key(parsed):
-        _refuse(f"no live key {key_id}", "see `engram key list` for the keys not revoked", 1)
-    console.print(f"key {key_id} revoked")
-
-
-def _producer() -> Any:
-    from app.redis_client import get_redis
-    from app.streams.producer import EventProducer
-
-    settings = get_settings()
-    return EventProducer(get_redis(settings), settings)
-
-
-@cli.command()
-@with_services
-def push(
-    content: Annotated[str, typer.Argument(help="What was said.")],
-    tenant: Annotated[str, typer.Option(help="Tenant id.")],
-    user: Annotated[str, typer.Option(help="User id.")],
-    role: Annotated[str, typer.Option(help="user | assistant | system | tool")] = "user",
-    channel: Annotated[str, typer.Option()] = "cli",
-    external_id: Annotated[str | None, typer.Option(help="Your message id (idempotency).")] = None,
-) -> None:
-    """Send one turn to the streams."""
-    event = {
-        "type": "turn",
-        "tenant_id": tenant,
-        "user_id": user,
-        "role": role,
-        "content": content,
-        "channel": channel,
-        "external_id": external_id or f"cli-{time.time_ns()}",
-    }
-    try:
-        receipt = _producer().send(event)
-    except EventValidationError as exc:
-        _refuse(f"cannot send: {str(exc).removeprefix('events[0]: ')}", "fix it and run it again")
-    console.print(f"sent {receipt.event_id} → {receipt.stream} {receipt.entry_id}")
-
-
-@cli.command("import")
-@with_services
-def import_events(
-    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSONL of events.")],
-) -> None:
-    """Send every event of a JSONL file (each keeps its own timestamp); safe to re-run."""
-    producer = _producer()
-    with path.open("rb") as counted:
-        total = sum(1 for _ in counted)
-    sent, bad = 0, []
-    chunk: list[Any] = []
-    columns = (TextColumn("importing"), BarColumn(), MofNCompleteColumn())
-    # Bytes, decoded line by line: a line that is not UTF-8 (a binary file, a Latin-1 export)
-    # is one bad line reported with the others, not a UnicodeDecodeError ending the import.
-    with Progress(*columns, console=console) as progress, path.open("rb") as handle:
-        task = progress.add_task("import", total=total)
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad.append((number, f"not UTF-8 text (byte {raw[exc.start]:#04x} at {exc.start})"))
-                line = ""
-            if line.strip():
-                try:
-                    chunk.append(parse_event_json(line))
-                except (ValueError, EventValidationError) as exc:
-                    bad.append((number, str(exc)))
-            if len(chunk) >= IMPORT_CHUNK:
-                sent += len(producer.send_many(chunk))
-                chunk = []
-            progress.advance(task)
-        if chunk:
-            sent += len(producer.send_many(chunk))
-    console.print(f"sent {sent} events from {path}")
-    for number, error in bad[:20]:
-        console.print(f"[red]line {number}: {error}[/red]")
-    if bad:
-        console.print(f"[red]{len(bad)} invalid line(s) skipped[/red]")
-        raise typer.Exit(1)
-
-
-@cli.command()
-@with_services
-def tail(
-    tenant: Annotated[str, typer.Option(help="Tenant whose trace to watch.")],
-    follow: Annotated[bool, typer.Option(help="Keep watching.")] = True,
-    last: Annotated[
-        int, typer.Option(min=0, max=100_000, help="Show this many recent rows first.")
-    ] = 10,
-) -> None:
-    """Watch turns and events as they are persisted in L2."""
-    from app.db.session import unit_of_work
-    from app.layers.episodic.repository import recent_trace
-    from app.layers.meta.repository import list_tenants
-
-    if not is_identifier(tenant):
-        _refuse(
-            f"--tenant {tenant!r} is no tenant id (1-128 letters, digits and . _ : @ -,"
-            " starting with a letter or digit)",
-            "check the id",
-        )
-    with unit_of_work(tenant) as session:
-        known = tenant in list_tenants(session=session)
-    if not known:
-        _refuse(
-            f"no tenant {tenant!r} here: none was created or sent anything under that id",
-            "`engram key list` shows the tenants with keys",
-        )
-    since = datetime(1970, 1, 1, tzinfo=UTC)
-    limit = last
-    while True:
-        with unit_of_work(tenant) as session:
-            rows = recent_trace(session=session, since=since, limit=limit)
-        for row in rows:
-            console.print(
-                f"[dim]{row.occurred_at:%Y-%m-%d %H:%M:%S}[/dim] {row.user_id}@{row.channel} "
-                f"[bold]{row.kind}[/bold] {row.body[:160]}"
-            )
-            since = max(since, row.received_at)
-        if not follow:
-            return
-        limit = 1000
-        time.sleep(1)
+cli.command()(push)
+cli.command("import")(import_events)
+cli.command()(tail)
 
 
 @cli.command()
