@@ -40,6 +40,7 @@ from app.db.session import app_engine, owner_engine, unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.embedding.factory import check_dimension, get_embedder
 from app.redis_client import get_redis
+from app.services.quota import EventQuota
 from app.streams.producer import EventProducer
 
 DOCS_ASSETS = "/docs-assets"
@@ -51,6 +52,7 @@ class ApiState:
     redis: redis.Redis
     embedder: Embedder
     producer: EventProducer
+    quota: EventQuota
 
 
 class BodyLimit:
@@ -118,6 +120,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             redis=client,
             embedder=model,
             producer=EventProducer(client, settings),
+            quota=EventQuota(client, settings),
         )
         yield
 

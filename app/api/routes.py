@@ -77,12 +77,15 @@ class EventBatch(BaseModel):
     status_code=status.HTTP_202_ACCEPTED,
     tags=["capture"],
     response_model=schemas.EventsAccepted,
+    responses={429: {"model": schemas.ErrorBody, "description": "over the tenant's event rate"}},
 )
 def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Queue events (turns, typing_start, channel_switch, …) for ingestion; returns their ids.
 
     Each event is validated; one bad event refuses the whole batch with the field named.
-    The tenant is the key's: an event naming another tenant is refused."""
+    The tenant is the key's: an event naming another tenant is refused. A tenant sending
+    faster than its share (ENGRAM_TENANT_EVENTS_PER_S, bursts of ENGRAM_TENANT_EVENTS_BURST)
+    gets 429 with Retry-After, nothing queued."""
     parsed = []
     first_of: dict[uuid.UUID, tuple[int, Event, bool]] = {}  # id → its first event
     for index, raw in enumerate(batch.events):
@@ -104,6 +107,13 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
             ) from None
         _refuse_conflicting_duplicate(first_of, index, event, raw.get("timestamp") is not None)
         parsed.append(event)
+    refused = _state(request).quota.take(tenant, len(parsed))
+    if refused is not None:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            {"message": refused.message(), "retry_after_s": refused.retry_after_s},
+            headers={"Retry-After": str(refused.retry_after_s)},
+        )
     try:
         receipts = _state(request).producer.send_many(parsed)
     except (StreamFullError, NotReplicatedError) as exc:

@@ -82,7 +82,7 @@ class ErrorDetail(_Open):
 
 
 class ErrorBody(BaseModel):
-    """Any other error: 401, 404, 413, 503 (with `Retry-After`)."""
+    """Any other error: 401, 404, 413, 429 and 503 (those two with `Retry-After`)."""
 
     detail: ErrorDetail | str
 

@@ -19,6 +19,7 @@ from engram_memory_client.errors import (
     EngramError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
     UnavailableError,
     ValidationError,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "Procedure",
+    "RateLimitedError",
     "Receipt",
     "RelatedMemory",
     "SearchHit",

@@ -5,9 +5,10 @@ what happened (the response, or the transport error). The blocking client drives
 `httpx.Client` and `time.sleep`, the asyncio one with `httpx.AsyncClient` and `asyncio.sleep`:
 request building, retries, polling and reply parsing never exist twice.
 
-Retries: connection errors, timeouts and 5xx answers are retried with exponential backoff
-(jittered; a `Retry-After` header is honoured up to `MAX_RETRY_AFTER_S`); a 4xx answer is
-never retried, since repeating the same request cannot change it.
+Retries: connection errors, timeouts, 5xx answers and 429 (over the tenant's event rate)
+are retried with exponential backoff (jittered; a `Retry-After` header is honoured up to
+`MAX_RETRY_AFTER_S`); any other 4xx answer is never retried, since repeating the same request
+cannot change it.
 """
 
 from __future__ import annotations
@@ -132,12 +133,15 @@ class Core:
         if isinstance(outcome, httpx.TransportError):
             safe = isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout)
             return wait if idempotent or safe else None
-        if isinstance(outcome, httpx.Response) and outcome.status_code >= 500:
+        # 429: the server did nothing and says when to come back.
+        if isinstance(outcome, httpx.Response) and (
+            outcome.status_code >= 500 or outcome.status_code == 429
+        ):
             asked = retry_after(outcome.headers.get("Retry-After"))
             if asked is not None:
                 wait = max(wait, min(asked, MAX_RETRY_AFTER_S))
             return wait
-        return None  # 4xx: the same request gets the same answer
+        return None  # any other 4xx: the same request gets the same answer
 
     # -- capture ------------------------------------------------------------------------------
 

@@ -59,8 +59,8 @@ __all__ = ["EngramClient"]
 class EngramClient:
     """Blocking client. One instance per API key; safe to share between threads.
 
-    `retries` is the number of extra attempts after a connection error, a timeout or a 5xx
-    answer; `backoff` the first pause (doubling each time); `transport` an optional httpx
+    `retries` is the number of extra attempts after a connection error, a timeout, a 5xx or
+    a 429 answer; `backoff` the first pause (doubling each time); `transport` an optional httpx
     transport (tests, proxies)."""
 
     def __init__(

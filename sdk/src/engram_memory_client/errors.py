@@ -17,6 +17,7 @@ __all__ = [
     "EngramError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "RateLimitedError",
     "UnavailableError",
     "ValidationError",
     "error_from_response",
@@ -78,6 +79,16 @@ class PayloadTooLargeError(EngramError):
     """413: the request body is over the server's limit; send fewer events per call."""
 
 
+class RateLimitedError(EngramError):
+    """429 after every retry: the tenant sends events faster than its share of the server;
+    `retry_after_s` says when this batch would fit."""
+
+    @property
+    def retry_after_s(self) -> float | None:
+        found = self.detail.get("retry_after_s") if isinstance(self.detail, dict) else None
+        return float(found) if isinstance(found, int | float) else None
+
+
 class UnavailableError(EngramError):
     """503 after every retry, or the server could not be reached at all (`status` None)."""
 
@@ -88,6 +99,7 @@ _ERRORS: dict[int, type[EngramError]] = {
     409: ConflictError,
     413: PayloadTooLargeError,
     422: ValidationError,
+    429: RateLimitedError,
     503: UnavailableError,
 }
 

@@ -1,0 +1,127 @@
+"""Each tenant's share of POST /v1/events (app/services/quota.py), on the real Redis, through
+the app and through the SDK over HTTP: a batch over the share is refused whole with 429 and
+Retry-After, another tenant is not held back, and a client that waits is let in."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from engram_memory_client import EngramClient, RateLimitedError
+from fastapi.testclient import TestClient
+
+from app.api.app import create_app
+from app.config import Settings
+from app.keys import RedisKeys
+from app.services.tenants import mint_key
+from tests.integration.api_server import prefixed, serve
+
+PER_S = 20.0
+BURST = 1000
+
+
+@pytest.fixture(scope="module")
+def quota_settings(base_settings: Settings) -> Iterator[Settings]:
+    update = {"tenant_events_per_s": PER_S, "tenant_events_burst": BURST}
+    with prefixed(base_settings, "quota", **update) as settings:
+        yield settings
+
+
+@pytest.fixture(scope="module")
+def api(quota_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(quota_settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+def _caller() -> tuple[str, dict[str, str]]:
+    tenant = f"t-quota-{uuid.uuid4().hex[:8]}"
+    return tenant, {"Authorization": f"Bearer {mint_key(tenant).key}"}
+
+
+def _events(n: int, tag: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "turn",
+            "user_id": "u",
+            "role": "user",
+            "content": f"hello {i}",
+            "external_id": f"{tag}-{i}",
+        }
+        for i in range(n)
+    ]
+
+
+def _queued(api: TestClient, settings: Settings) -> int:
+    client = api.app.state.engram.redis  # type: ignore[attr-defined]
+    keys = RedisKeys.from_settings(settings).partitions(settings.stream_partitions)
+    return sum(int(client.xlen(key)) for key in keys)
+
+
+def test_a_batch_over_the_share_is_refused_whole_and_others_go_on(
+    api: TestClient, quota_settings: Settings
+) -> None:
+    noisy, noisy_headers = _caller()
+    _, quiet_headers = _caller()
+    first = api.post("/v1/events", json={"events": _events(BURST, "a")}, headers=noisy_headers)
+    assert first.status_code == 202, first.text
+    before = _queued(api, quota_settings)
+    refused = api.post("/v1/events", json={"events": _events(60, "b")}, headers=noisy_headers)
+    assert refused.status_code == 429, refused.text
+    detail = refused.json()["detail"]
+    # 60 events at 20 a second: up to three seconds, less what refilled since the first batch.
+    assert refused.headers["Retry-After"] == str(detail["retry_after_s"])
+    assert 1 <= detail["retry_after_s"] <= 3
+    assert noisy in detail["message"] and "20 per second" in detail["message"]
+    assert _queued(api, quota_settings) == before  # nothing of the batch was queued
+
+    other = api.post("/v1/events", json={"events": _events(500, "c")}, headers=quiet_headers)
+    assert other.status_code == 202, other.text
+
+    time.sleep(int(refused.headers["Retry-After"]))
+    again = api.post("/v1/events", json={"events": _events(60, "b")}, headers=noisy_headers)
+    assert again.status_code == 202, again.text
+    assert _queued(api, quota_settings) == before + 500 + 60
+
+
+def test_the_bucket_is_the_tenants_key_and_expires(
+    api: TestClient, quota_settings: Settings
+) -> None:
+    tenant, headers = _caller()
+    assert api.post("/v1/events", json={"events": _events(5, "d")}, headers=headers).is_success
+    client = api.app.state.engram.redis  # type: ignore[attr-defined]
+    key = RedisKeys.from_settings(quota_settings).event_quota(tenant)
+    assert key.endswith(f"{{{tenant}}}")
+    assert 0 < client.pttl(key) <= (BURST / PER_S + 1) * 1000
+    assert float(client.hget(key, "tokens")) == pytest.approx(BURST - 5, abs=1)
+
+
+def test_the_schema_says_a_batch_may_be_refused_for_its_rate(api: TestClient) -> None:
+    responses = api.get("/openapi.json").json()["paths"]["/v1/events"]["post"]["responses"]
+    assert "429" in responses
+
+
+def test_the_sdk_waits_out_a_429_or_says_so(quota_settings: Settings) -> None:
+    tenant, _ = _caller()
+    key = mint_key(tenant).key
+    with serve(quota_settings) as url:
+        with EngramClient(url, key, retries=0) as impatient:
+            impatient.send_events(_events(BURST, "e"))
+            with pytest.raises(RateLimitedError) as refused:
+                impatient.send_events(_events(60, "f"))
+            assert refused.value.status == 429
+            assert refused.value.retry_after_s in (1, 2, 3)
+        with EngramClient(url, key, retries=3, backoff=0.05) as patient:
+            accepted = patient.send_events(_events(60, "f"))
+            assert accepted.accepted == 60
+
+
+def test_a_rate_of_zero_is_no_limit(quota_settings: Settings, redis_client: Any) -> None:
+    from app.services.quota import EventQuota
+
+    unlimited = quota_settings.model_copy(update={"tenant_events_per_s": 0.0})
+    tenant, _ = _caller()
+    assert EventQuota(redis_client, unlimited).take(tenant, 10**9) is None
+    assert not redis_client.exists(RedisKeys.from_settings(unlimited).event_quota(tenant))
