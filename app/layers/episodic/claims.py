@@ -234,13 +234,13 @@ class Before(NamedTuple):
 def contexts_before(
     *, session: DbSession, tenant_id: str, points: Sequence[Before], limit: int
 ) -> list[list[Any]]:
-    """For each point (say, a batch's first turn), in order:
-    the user's turns just before it in message order (message_order.py), newest first, with
-    each turn's token count (counted once, at ingest); for the extractor to read. Turns of
-    the point's own time that arrived before it are context too (a session stamped with one
-    time). One statement, a LATERAL per point (each pruned to the user's partition): the
-    turns of the point's time, and the `limit` latest before it with all of the oldest one's
-    time, so the order's ties are settled among whole groups of one time."""
+    """For each point (a batch's first turn), in order: the user's turns just before it in
+    message order (message_order.py), newest first, with each turn's token count (counted
+    once, at ingest); for the extractor to read. Turns of the point's own time that arrived
+    before it are context too (a session stamped with one time). One statement, a LATERAL per
+    point (each pruned to the user's partition): the turns of the point's time, and the
+    `limit` latest before it with all of the oldest one's time, so ties are settled among
+    whole groups of one time."""
     if not points:
         return []
     columns = "id, user_id, session_id, external_id, role, speaker, content, channel,"
