@@ -66,10 +66,12 @@ class Settings(BaseSettings):
     stream_max_len: int = Field(default=1_000_000, ge=1000, description="hard cap per partition")
     # Each tenant's share of POST /v1/events (app/services/quota.py): a bucket of `burst`
     # events refilled at `per_s` (0: no limit). The burst takes a large import at once; the
-    # rate is what one tenant may keep up beside the others.
-    tenant_events_per_s: float = Field(default=2000.0, ge=0, allow_inf_nan=False)
+    # rate is what one tenant may keep up beside the others. The defaults bind no tenant of
+    # one small node (its workers ingest less than that); a fleet shared by many tenants
+    # sets them to each one's share of its capacity.
+    tenant_events_per_s: float = Field(default=5000.0, ge=0, allow_inf_nan=False)
     tenant_events_burst: int = Field(
-        default=60_000, ge=1000, description="at least one batch of the API's 1,000 events"
+        default=100_000, ge=1000, description="at least one batch of the API's 1,000 events"
     )
     consumer_group: str = "ingest"
     consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
