@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     tenant_events_burst: int = Field(
         default=100_000, ge=1000, description="at least one batch of the API's 1,000 events"
     )
+    # The same for searches and context blocks, one token each.
+    tenant_reads_per_s: float = Field(default=500.0, ge=0, allow_inf_nan=False)
+    tenant_reads_burst: int = Field(default=5_000, ge=1)
     consumer_group: str = "ingest"
     consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
     consumer_block_ms: int = Field(default=1000, ge=1)

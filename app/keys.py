@@ -139,10 +139,10 @@ class RedisKeys:
         down; expires once no cache could still hold the key."""
         return f"{self.prefix}:auth:revoked:{{{tenant_id}}}:{key_prefix}"
 
-    # The event door's share per tenant (see app/services/quota.py).
-    def event_quota(self, tenant_id: str) -> str:
-        """A tenant's token bucket; expires once it would have refilled."""
-        return f"{self.prefix}:quota:events:{{{tenant_id}}}"
+    # Each tenant's share of the API's doors (see app/services/quota.py).
+    def tenant_quota(self, door: str, tenant_id: str) -> str:
+        """A tenant's token bucket at one door; expires once it would have refilled."""
+        return f"{self.prefix}:quota:{door}:{{{tenant_id}}}"
 
     # Embedding cache (see app/embedding/cache.py).
     def embedding_cache(self, tenant_id: str, user_id: str, digest: str) -> str:

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import console_routes, insight_routes, knowledge_routes, schemas
+from app.api import console_routes, event_routes, insight_routes, knowledge_routes, schemas
 from app.api.memory_routes import router as memory_router
 from app.api.observability import observe
 from app.api.outage import RETRY_AFTER_S, install_outage_handlers
@@ -40,7 +40,7 @@ from app.db.session import app_engine, owner_engine, unit_of_work
 from app.embedding.base import Embedder, EmbeddingError
 from app.embedding.factory import check_dimension, get_embedder
 from app.redis_client import get_redis
-from app.services.quota import EventQuota
+from app.services.quota import TenantQuota
 from app.streams.producer import EventProducer
 
 DOCS_ASSETS = "/docs-assets"
@@ -52,7 +52,8 @@ class ApiState:
     redis: redis.Redis
     embedder: Embedder
     producer: EventProducer
-    quota: EventQuota
+    events_quota: TenantQuota
+    reads_quota: TenantQuota
 
 
 class BodyLimit:
@@ -120,7 +121,8 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             redis=client,
             embedder=model,
             producer=EventProducer(client, settings),
-            quota=EventQuota(client, settings),
+            events_quota=TenantQuota(client, settings, "events"),
+            reads_quota=TenantQuota(client, settings, "reads"),
         )
         yield
 
@@ -135,6 +137,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
     )
     app.add_middleware(BodyLimit, max_bytes=settings.api_max_body_bytes)
     install_outage_handlers(app)
+    app.include_router(event_routes.router)
     app.include_router(router)
     app.include_router(memory_router)
     app.include_router(insight_routes.router)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, TypeAdapter
 
 from app.api import schemas
 from app.api.auth import Tenant
+from app.api.shares import within_share
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import (
@@ -41,17 +42,11 @@ from app.services.search import SearchRequest, search
 from app.services.stats import tenant_stats
 from app.streams.events import (
     IDENTIFIER,
-    Event,
-    EventValidationError,
     Identifier,
-    conflicting_duplicate,
-    parse_event,
 )
-from app.streams.producer import NotReplicatedError, ProducerError, StreamFullError
 
 router = APIRouter(prefix="/v1", responses=schemas.ERROR_RESPONSES)
 
-MAX_EVENTS = 1000
 _SEARCH_RESULT = TypeAdapter(schemas.SearchResult)
 _CONTEXT_RESULT = TypeAdapter(ContextResult)
 UserId = Annotated[str, Query(pattern=IDENTIFIER)]
@@ -64,85 +59,6 @@ AgentId = Annotated[
 
 def _state(request: Request) -> Any:
     return request.app.state.engram
-
-
-class EventBatch(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    events: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_EVENTS)
-
-
-@router.post(
-    "/events",
-    status_code=status.HTTP_202_ACCEPTED,
-    tags=["capture"],
-    response_model=schemas.EventsAccepted,
-    responses={429: {"model": schemas.ErrorBody, "description": "over the tenant's event rate"}},
-)
-def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str, Any]:
-    """Queue events (turns, typing_start, channel_switch, …) for ingestion; returns their ids.
-
-    Each event is validated; one bad event refuses the whole batch with the field named.
-    The tenant is the key's: an event naming another tenant is refused. A tenant sending
-    faster than its share (ENGRAM_TENANT_EVENTS_PER_S, bursts of ENGRAM_TENANT_EVENTS_BURST)
-    gets 429 with Retry-After, nothing queued."""
-    parsed = []
-    first_of: dict[uuid.UUID, tuple[int, Event, bool]] = {}  # id → its first event
-    for index, raw in enumerate(batch.events):
-        given = raw.get("tenant_id")
-        if given is not None and given != tenant:
-            raise HTTPException(
-                422,
-                {
-                    "message": "tenant_id must be the API key's tenant (or omitted)",
-                    "fields": [f"events[{index}].tenant_id"],
-                },
-            )
-        try:
-            event = parse_event({**raw, "tenant_id": tenant})
-        except EventValidationError as exc:
-            raise HTTPException(
-                422,
-                {"message": str(exc), "fields": [f"events[{index}].{f}" for f in exc.fields]},
-            ) from None
-        _refuse_conflicting_duplicate(first_of, index, event, raw.get("timestamp") is not None)
-        parsed.append(event)
-    refused = _state(request).quota.take(tenant, len(parsed))
-    if refused is not None:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            {"message": refused.message(), "retry_after_s": refused.retry_after_s},
-            headers={"Retry-After": str(refused.retry_after_s)},
-        )
-    try:
-        receipts = _state(request).producer.send_many(parsed)
-    except (StreamFullError, NotReplicatedError) as exc:
-        # Retryable: resend the batch (or the ids not in `accepted`); ids make it harmless.
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            {"message": str(exc), "accepted": [r.event_id for r in exc.sent]},
-            headers={"Retry-After": "1"},
-        ) from None
-    except ProducerError as exc:
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
-    return {"accepted": len(receipts), "ids": [r.event_id for r in receipts]}
-
-
-def _refuse_conflicting_duplicate(
-    first_of: dict[uuid.UUID, tuple[int, Event, bool]], index: int, event: Event, timed: bool
-) -> None:
-    """An event id twice in one batch, as two different events: only the first would be
-    stored though both were reported accepted, so the batch is refused, the later named."""
-    first = conflicting_duplicate(first_of, index, event, timed)
-    if first is not None:
-        raise HTTPException(
-            422,
-            {
-                "message": f"events[{index}] has the external_id of events[{first}] but other "
-                "content: an event id names one event (send it once, or give each its own id)",
-                "fields": [f"events[{index}].external_id"],
-            },
-        )
 
 
 def _check_window(body: SearchRequest) -> None:
@@ -158,16 +74,20 @@ def _check_window(body: SearchRequest) -> None:
         )
 
 
-@router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
+@router.post(
+    "/search", tags=["recall"], response_model=schemas.SearchResult, responses=schemas.OVER_SHARE
+)
 def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Response:
     """Hybrid search: the source turns that answer the query, each with the memories made
     from it attached (`unit: memories` ranks memories instead).
 
     A search is a retrieval of what it returns: their access counts go up, their decay clock
     restarts and they strengthen their Hebbian associations. `record: false` looks without
-    touching anything (the memory console's searches do)."""
+    touching anything (the memory console's searches do). A tenant searching faster than
+    its share (ENGRAM_TENANT_READS_PER_S) gets 429 with Retry-After."""
     _check_window(body)
     state = _state(request)
+    within_share(state.reads_quota, tenant)
     result = search(
         tenant,
         body,
@@ -181,10 +101,17 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Respon
     return Response(_SEARCH_RESULT.dump_json(result), media_type="application/json")
 
 
-@router.post("/context", tags=["recall"], response_model=schemas.ContextResponse)
+@router.post(
+    "/context",
+    tags=["recall"],
+    response_model=schemas.ContextResponse,
+    responses=schemas.OVER_SHARE,
+)
 def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> Response:
-    """The context block for the user's next answer, packed into the token budget."""
+    """The context block for the user's next answer, packed into the token budget (a read of
+    the tenant's share, as a search is)."""
     state = _state(request)
+    within_share(state.reads_quota, tenant)
     result = assemble_context(
         tenant, body, settings=state.settings, embedder=state.embedder, client=state.redis
     )

@@ -94,6 +94,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorBody, "description": "a dependency is down; retry after Retry-After"},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}}
+OVER_SHARE: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorBody, "description": "over the tenant's share; retry after Retry-After"}
+}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,16 @@
-"""Each tenant's share of the event door: a token bucket in Redis per tenant.
+"""Each tenant's share of the API's two shared doors: a token bucket in Redis per tenant.
 
-Every tenant's events go into the same stream partitions, which workers drain in order: one
-tenant sending as fast as it can would fill them (every tenant then gets 503s at the cap) and
-put everyone else's turns behind its own. The bucket holds ENGRAM_TENANT_EVENTS_BURST events
-and refills at ENGRAM_TENANT_EVENTS_PER_S; a batch takes as many tokens as it has events, or
-none and is refused with the seconds until it would fit (429 and Retry-After). Redis's own
-clock times the refill, so every API process shares one bucket per tenant. Redis unreachable
-lets the batch through: the streams are Redis, so the producer then answers for the door.
+Events: every tenant's go into the same stream partitions, which workers drain in order, so
+one tenant sending as fast as it can would fill them (every tenant then gets 503s at the
+cap) and put everyone else's turns behind its own. Reads: searches and context blocks run on
+the same API processes and Postgres, so one tenant's flood slows every other's answers.
+
+A bucket holds `burst` tokens and refills at `per_s` (ENGRAM_TENANT_EVENTS_* and
+ENGRAM_TENANT_READS_*); a batch of events takes one token per event, a search or a context
+block one, or none and the request is refused with the seconds until it would fit (429 and
+Retry-After). Redis's own clock times the refill, so every API process shares one bucket per
+tenant and door. Redis unreachable lets the request through: it then fails or degrades as it
+would have (the streams are Redis; a read works without it).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import redis
 
@@ -42,41 +47,52 @@ return {0, math.ceil((cost - tokens) * 1000 / rate)}
 """
 
 
+Door = Literal["events", "reads"]
+
+
 @dataclass(frozen=True)
 class OverQuota:
-    """A batch refused for its tenant's rate: what to tell the client."""
+    """A request refused for its tenant's rate: what to tell the client."""
 
     tenant_id: str
+    door: Door
     per_s: float
     burst: int
     retry_after_s: int
 
     def message(self) -> str:
+        what = "events" if self.door == "events" else "searches and context requests"
+        again = "send this batch again" if self.door == "events" else "ask again"
         return (
-            f"tenant {self.tenant_id} is sending events faster than its share "
+            f"tenant {self.tenant_id} is sending {what} faster than its share "
             f"({self.per_s:g} per second, bursts of {self.burst}): "
-            f"send this batch again in {self.retry_after_s} s"
+            f"{again} in {self.retry_after_s} s"
         )
 
 
-class EventQuota:
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
-        self.client = client
+class TenantQuota:
+    """One door's buckets, one per tenant."""
+
+    def __init__(self, client: redis.Redis, settings: Settings, door: Door) -> None:
         self.keys = RedisKeys.from_settings(settings)
-        self.per_s = settings.tenant_events_per_s
-        self.burst = settings.tenant_events_burst
+        self.door = door
+        if door == "events":
+            self.per_s, self.burst = settings.tenant_events_per_s, settings.tenant_events_burst
+        else:
+            self.per_s, self.burst = settings.tenant_reads_per_s, settings.tenant_reads_burst
         self._take = client.register_script(_TAKE)
 
-    def take(self, tenant_id: str, events: int) -> OverQuota | None:
-        """Charge `events` to the tenant's bucket; the refusal when they do not fit."""
-        if self.per_s <= 0 or events <= 0:
+    def take(self, tenant_id: str, cost: int = 1) -> OverQuota | None:
+        """Charge `cost` to the tenant's bucket; the refusal when it does not fit."""
+        if self.per_s <= 0 or cost <= 0:
             return None
-        key = self.keys.event_quota(tenant_id)
+        key = self.keys.tenant_quota(self.door, tenant_id)
         try:
-            taken, wait_ms = self._take(keys=[key], args=[self.per_s, self.burst, events])
+            taken, wait_ms = self._take(keys=[key], args=[self.per_s, self.burst, cost])
         except redis.RedisError as exc:
-            _log.warning("event quota unavailable, batch let through: %s", exc)
+            _log.warning("%s quota unavailable, request let through: %s", self.door, exc)
             return None
         if int(taken):
             return None
-        return OverQuota(tenant_id, self.per_s, self.burst, max(1, math.ceil(int(wait_ms) / 1000)))
+        wait_s = max(1, math.ceil(int(wait_ms) / 1000))
+        return OverQuota(tenant_id, self.door, self.per_s, self.burst, wait_s)

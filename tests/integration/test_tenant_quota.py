@@ -1,6 +1,7 @@
-"""Each tenant's share of POST /v1/events (app/services/quota.py), on the real Redis, through
-the app and through the SDK over HTTP: a batch over the share is refused whole with 429 and
-Retry-After, another tenant is not held back, and a client that waits is let in."""
+"""Each tenant's share of the API's doors (app/services/quota.py), on the real Redis, through
+the app and through the SDK over HTTP: a batch of events over the share is refused whole with
+429 and Retry-After, a search or context over the reads' share likewise, another tenant is
+not held back, and a client that waits is let in."""
 
 from __future__ import annotations
 
@@ -21,11 +22,18 @@ from tests.integration.api_server import prefixed, serve
 
 PER_S = 20.0
 BURST = 1000
+READS_PER_S = 0.2  # a token every five seconds: the burst is spent well before one refills
+READS_BURST = 5
 
 
 @pytest.fixture(scope="module")
 def quota_settings(base_settings: Settings) -> Iterator[Settings]:
-    update = {"tenant_events_per_s": PER_S, "tenant_events_burst": BURST}
+    update = {
+        "tenant_events_per_s": PER_S,
+        "tenant_events_burst": BURST,
+        "tenant_reads_per_s": READS_PER_S,
+        "tenant_reads_burst": READS_BURST,
+    }
     with prefixed(base_settings, "quota", **update) as settings:
         yield settings
 
@@ -92,15 +100,34 @@ def test_the_bucket_is_the_tenants_key_and_expires(
     tenant, headers = _caller()
     assert api.post("/v1/events", json={"events": _events(5, "d")}, headers=headers).is_success
     client = api.app.state.engram.redis  # type: ignore[attr-defined]
-    key = RedisKeys.from_settings(quota_settings).event_quota(tenant)
+    key = RedisKeys.from_settings(quota_settings).tenant_quota("events", tenant)
     assert key.endswith(f"{{{tenant}}}")
     assert 0 < client.pttl(key) <= (BURST / PER_S + 1) * 1000
     assert float(client.hget(key, "tokens")) == pytest.approx(BURST - 5, abs=1)
 
 
-def test_the_schema_says_a_batch_may_be_refused_for_its_rate(api: TestClient) -> None:
-    responses = api.get("/openapi.json").json()["paths"]["/v1/events"]["post"]["responses"]
-    assert "429" in responses
+def test_the_schema_says_a_request_may_be_refused_for_its_rate(api: TestClient) -> None:
+    paths = api.get("/openapi.json").json()["paths"]
+    for path in ("/v1/events", "/v1/search", "/v1/context"):
+        assert "429" in paths[path]["post"]["responses"], path
+
+
+def test_searches_and_contexts_share_the_reads_bucket(api: TestClient) -> None:
+    _, greedy = _caller()
+    _, other = _caller()
+    asked = {"user_id": "u", "query": "where did we go hiking?"}
+    answers = [
+        api.post("/v1/search" if n % 2 else "/v1/context", json=asked, headers=greedy)
+        for n in range(READS_BURST + 1)
+    ]
+    assert [a.status_code for a in answers] == [200] * READS_BURST + [429]
+    refused = answers[-1]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 5
+    assert "searches and context requests" in refused.json()["detail"]["message"]
+    assert api.post("/v1/search", json=asked, headers=other).status_code == 200
+    # The events door is another bucket.
+    sent = api.post("/v1/events", json={"events": _events(3, "g")}, headers=greedy)
+    assert sent.status_code == 202, sent.text
 
 
 def test_the_sdk_waits_out_a_429_or_says_so(quota_settings: Settings) -> None:
@@ -119,9 +146,13 @@ def test_the_sdk_waits_out_a_429_or_says_so(quota_settings: Settings) -> None:
 
 
 def test_a_rate_of_zero_is_no_limit(quota_settings: Settings, redis_client: Any) -> None:
-    from app.services.quota import EventQuota
+    from app.services.quota import TenantQuota
 
-    unlimited = quota_settings.model_copy(update={"tenant_events_per_s": 0.0})
+    unlimited = quota_settings.model_copy(
+        update={"tenant_events_per_s": 0.0, "tenant_reads_per_s": 0.0}
+    )
     tenant, _ = _caller()
-    assert EventQuota(redis_client, unlimited).take(tenant, 10**9) is None
-    assert not redis_client.exists(RedisKeys.from_settings(unlimited).event_quota(tenant))
+    keys = RedisKeys.from_settings(unlimited)
+    for door in ("events", "reads"):
+        assert TenantQuota(redis_client, unlimited, door).take(tenant, 10**9) is None
+        assert not redis_client.exists(keys.tenant_quota(door, tenant))
