@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -24,13 +24,7 @@ def tenant_create(
     key_name: Annotated[str, typer.Option(help="Name of the first API key.")] = "default",
 ) -> None:
     """Register a tenant and mint its first API key (printed once)."""
-    from app.services.tenants import TenantError, mint_key
-
-    ensure_services(get_settings())
-    try:
-        minted = mint_key(tenant, key_name)
-    except TenantError as exc:
-        refuse(str(exc), "choose a tenant id of that form")
+    minted = _mint(tenant, key_name, "choose a tenant id of that form")
     console.print(f"tenant {tenant} ready; API key {minted.id} (shown once):")
     typer.echo(minted.key)
 
@@ -42,15 +36,20 @@ def key_create(
     name: Annotated[str, typer.Option(help="What the key is for.")] = "",
 ) -> None:
     """Mint an API key for a tenant; the key is printed once and stored only as a hash."""
+    minted = _mint(tenant, name, "choose a --tenant of that form")
+    console.print(f"key {minted.id} for tenant {tenant} (shown once):")
+    typer.echo(minted.key)
+
+
+def _mint(tenant: str, name: str, fix: str) -> Any:
+    """A new key of the tenant (registered if new); a malformed tenant id is refused."""
     from app.services.tenants import TenantError, mint_key
 
     ensure_services(get_settings())
     try:
-        minted = mint_key(tenant, name)
+        return mint_key(tenant, name)
     except TenantError as exc:
-        refuse(str(exc), "choose a --tenant of that form")
-    console.print(f"key {minted.id} for tenant {tenant} (shown once):")
-    typer.echo(minted.key)
+        refuse(str(exc), fix)
 
 
 @key_cli.command("list")
