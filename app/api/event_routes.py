@@ -65,17 +65,20 @@ def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str
             ) from None
         _refuse_conflicting_duplicate(first_of, index, event, raw.get("timestamp") is not None)
         parsed.append(event)
-    within_share(request.app.state.engram.events_quota, tenant, len(parsed))
+    state = request.app.state.engram
+    within_share(state.events_quota, tenant, len(parsed))
     try:
-        receipts = request.app.state.engram.producer.send_many(parsed)
+        receipts = state.producer.send_many(parsed)
     except (StreamFullError, NotReplicatedError) as exc:
         # Retryable: resend the batch (or the ids not in `accepted`); ids make it harmless.
+        state.events_quota.give_back(tenant, len(parsed) - len(exc.sent))
         raise HTTPException(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             {"message": str(exc), "accepted": [r.event_id for r in exc.sent]},
             headers={"Retry-After": "1"},
         ) from None
     except ProducerError as exc:
+        state.events_quota.give_back(tenant, len(parsed))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc)) from None
     return {"accepted": len(receipts), "ids": [r.event_id for r in receipts]}
 

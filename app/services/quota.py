@@ -49,6 +49,14 @@ return {0, math.ceil((cost - tokens) * 1000 / rate)}
 
 Door = Literal["events", "reads"]
 
+# KEYS[1] the bucket; ARGV: capacity, tokens to give back (up to the capacity).
+_GIVE_BACK = """
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens'))
+if tokens == nil then return 0 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(math.min(tonumber(ARGV[1]), tokens + ARGV[2])))
+return 1
+"""
+
 
 @dataclass(frozen=True)
 class OverQuota:
@@ -81,6 +89,7 @@ class TenantQuota:
         else:
             self.per_s, self.burst = settings.tenant_reads_per_s, settings.tenant_reads_burst
         self._take = client.register_script(_TAKE)
+        self._give_back = client.register_script(_GIVE_BACK)
 
     def take(self, tenant_id: str, cost: int = 1) -> OverQuota | None:
         """Charge `cost` to the tenant's bucket; the refusal when it does not fit."""
@@ -96,3 +105,14 @@ class TenantQuota:
             return None
         wait_s = max(1, math.ceil(int(wait_ms) / 1000))
         return OverQuota(tenant_id, self.door, self.per_s, self.burst, wait_s)
+
+    def give_back(self, tenant_id: str, cost: int) -> None:
+        """Return what a request was charged for work it did not get (events the streams
+        refused with a 503): a client resending them is charged once."""
+        if self.per_s <= 0 or cost <= 0:
+            return
+        key = self.keys.tenant_quota(self.door, tenant_id)
+        try:
+            self._give_back(keys=[key], args=[self.burst, cost])
+        except redis.RedisError as exc:
+            _log.warning("%s quota unavailable, nothing given back: %s", self.door, exc)

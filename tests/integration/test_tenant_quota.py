@@ -156,3 +156,27 @@ def test_a_rate_of_zero_is_no_limit(quota_settings: Settings, redis_client: Any)
     for door in ("events", "reads"):
         assert TenantQuota(redis_client, unlimited, door).take(tenant, 10**9) is None
         assert not redis_client.exists(keys.tenant_quota(door, tenant))
+
+
+def test_events_the_streams_refused_are_given_back(base_settings: Settings) -> None:
+    """A 503 at the streams' cap queued nothing, so it costs the tenant nothing: a client
+    resending the batch is charged once."""
+    update = {
+        "stream_partitions": 1,
+        "stream_max_len": 1000,
+        "tenant_events_per_s": 0.001,  # no refill to speak of while the test runs
+        "tenant_events_burst": 5000,
+    }
+    with (
+        prefixed(base_settings, "quota-full", **update) as settings,
+        TestClient(create_app(settings), raise_server_exceptions=False) as api,
+    ):
+        tenant, headers = _caller()
+        client = api.app.state.engram.redis  # type: ignore[attr-defined]
+        key = RedisKeys.from_settings(settings).tenant_quota("events", tenant)
+        filled = api.post("/v1/events", json={"events": _events(1000, "h")}, headers=headers)
+        assert filled.status_code == 202, filled.text
+        assert float(client.hget(key, "tokens")) == pytest.approx(4000, abs=1)
+        full = api.post("/v1/events", json={"events": _events(50, "i")}, headers=headers)
+        assert full.status_code == 503, full.text
+        assert float(client.hget(key, "tokens")) == pytest.approx(4000, abs=1)
