@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     # The same for searches and context blocks, one token each.
     tenant_reads_per_s: float = Field(default=500.0, ge=0, allow_inf_nan=False)
     tenant_reads_burst: int = Field(default=5_000, ge=1)
+    # Every other tenant route (memories, edits, knowledge, procedures, users, jobs, stats),
+    # one token a request: listings and remembering (embedded in the API process) are work too.
+    tenant_calls_per_s: float = Field(default=200.0, ge=0, allow_inf_nan=False)
+    tenant_calls_burst: int = Field(default=2_000, ge=1)
     consumer_group: str = "ingest"
     consumer_batch_size: int = Field(default=500, ge=1, le=10_000)
     consumer_block_ms: int = Field(default=1000, ge=1)

@@ -54,6 +54,7 @@ class ApiState:
     producer: EventProducer
     events_quota: TenantQuota
     reads_quota: TenantQuota
+    calls_quota: TenantQuota
 
 
 class BodyLimit:
@@ -123,6 +124,7 @@ def create_app(settings: Settings | None = None, *, embedder: Embedder | None = 
             producer=EventProducer(client, settings),
             events_quota=TenantQuota(client, settings, "events"),
             reads_quota=TenantQuota(client, settings, "reads"),
+            calls_quota=TenantQuota(client, settings, "calls"),
         )
         yield
 

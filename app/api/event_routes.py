@@ -35,7 +35,6 @@ class EventBatch(BaseModel):
     status_code=status.HTTP_202_ACCEPTED,
     tags=["capture"],
     response_model=schemas.EventsAccepted,
-    responses=schemas.OVER_SHARE,
 )
 def post_events(batch: EventBatch, tenant: Tenant, request: Request) -> dict[str, Any]:
     """Queue events (turns, typing_start, channel_switch, …) for ingestion; returns their ids.

@@ -12,7 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel, Field
 
 from app.api import schemas
-from app.api.auth import Tenant
+from app.api.shares import MeteredTenant
 from app.services import insight
 from app.services.insight import EntityRef, ImportanceCurve, UserSummary
 from app.streams.events import IDENTIFIER
@@ -37,7 +37,7 @@ class JobRuns(BaseModel):
 
 @router.get("/users", tags=["users"], response_model=UsersPage)
 def list_users(
-    tenant: Tenant,
+    tenant: MeteredTenant,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(pattern=IDENTIFIER)] = None,
 ) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def list_users(
 )
 def memory_importance(
     memory_id: uuid.UUID,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     request: Request,
     days: Annotated[
         float | None,
@@ -80,7 +80,7 @@ def memory_importance(
     response_model=MemoryEntities,
     responses=schemas.NOT_FOUND,
 )
-def memory_entities(memory_id: uuid.UUID, tenant: Tenant) -> dict[str, Any]:
+def memory_entities(memory_id: uuid.UUID, tenant: MeteredTenant) -> dict[str, Any]:
     """The entities the memory mentions: start points for /v1/entities/{name}/graph."""
     found = insight.memory_entities(tenant, memory_id)
     if found is None:
@@ -89,7 +89,9 @@ def memory_entities(memory_id: uuid.UUID, tenant: Tenant) -> dict[str, Any]:
 
 
 @router.get("/jobs", tags=["operations"], response_model=JobRuns)
-def recent_jobs(tenant: Tenant, limit: Annotated[int, Query(ge=1, le=200)] = 20) -> dict[str, Any]:
+def recent_jobs(
+    tenant: MeteredTenant, limit: Annotated[int, Query(ge=1, le=200)] = 20
+) -> dict[str, Any]:
     """The tenant's latest job runs, newest first. Passes that span every tenant at once
     (decay, the hot-memories refresh) are not listed: their counts are every tenant's."""
     return {"jobs": insight.tenant_jobs(tenant, limit=limit), "scope": "tenant"}

@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel
 
 from app.api import schemas
-from app.api.auth import Tenant
+from app.api.shares import MeteredTenant
 from app.layers.semantic import listing
 from app.services.knowledge import (
     KnowledgeRequest,
@@ -27,7 +27,9 @@ class KnowledgeDeleted(BaseModel):
 
 
 @router.post("/knowledge", status_code=status.HTTP_201_CREATED, response_model=schemas.Remembered)
-def post_knowledge(body: KnowledgeRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+def post_knowledge(
+    body: KnowledgeRequest, tenant: MeteredTenant, request: Request
+) -> dict[str, Any]:
     """Facts of the tenant (docs, policies): searchable by every user with include_knowledge."""
     state = request.app.state.engram
     stored = add_knowledge(tenant, body, settings=state.settings, embedder=state.embedder)
@@ -36,7 +38,7 @@ def post_knowledge(body: KnowledgeRequest, tenant: Tenant, request: Request) -> 
 
 @router.get("/knowledge", response_model=schemas.MemoryPage)
 def get_knowledge(
-    tenant: Tenant,
+    tenant: MeteredTenant,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def get_knowledge(
 @router.delete(
     "/knowledge/{memory_id}", response_model=KnowledgeDeleted, responses=schemas.NOT_FOUND
 )
-def remove_knowledge(memory_id: uuid.UUID, tenant: Tenant) -> dict[str, Any]:
+def remove_knowledge(memory_id: uuid.UUID, tenant: MeteredTenant) -> dict[str, Any]:
     """Delete one fact of the tenant; a user's memory id is not found here."""
     if not delete_knowledge(tenant, memory_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"knowledge {memory_id} not found")

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Request, status
 
 from app.api import memory_schemas
-from app.api.auth import Tenant
 from app.api.schemas import ERROR_RESPONSES
+from app.api.shares import MeteredTenant
 from app.services.memory_edits import (
     MemoryEdit,
     MemoryNotFoundError,
@@ -59,7 +59,7 @@ def _not_found(memory_id: uuid.UUID) -> HTTPException:
     responses={**memory_schemas.NOT_FOUND, **memory_schemas.CONFLICT},
 )
 def patch_memory(
-    memory_id: uuid.UUID, body: MemoryEdit, tenant: Tenant, request: Request
+    memory_id: uuid.UUID, body: MemoryEdit, tenant: MeteredTenant, request: Request
 ) -> dict[str, Any]:
     """Edit a memory: the new content becomes a new version (re-embedded, re-indexed), the old
     one stays readable in its history and leaves search. Sending the same edit again changes
@@ -97,7 +97,7 @@ def patch_memory(
 )
 def delete_memory_route(
     memory_id: uuid.UUID,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     request: Request,
     user_id: OwnerId = None,
     with_trace: Annotated[
@@ -131,7 +131,7 @@ def delete_memory_route(
     responses=memory_schemas.NOT_FOUND,
 )
 def get_history(
-    memory_id: uuid.UUID, tenant: Tenant, user_id: OwnerId = None, agent_id: AgentId = None
+    memory_id: uuid.UUID, tenant: MeteredTenant, user_id: OwnerId = None, agent_id: AgentId = None
 ) -> dict[str, Any]:
     """Every version of the memory, oldest first, from any version's id."""
     found = memory_history(tenant, memory_id, user_id=user_id, agent_id=agent_id)
@@ -148,7 +148,7 @@ def get_history(
 )
 def get_related(
     memory_id: uuid.UUID,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     user_id: OwnerId = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 10,
     agent_id: AgentId = None,
@@ -170,7 +170,7 @@ def get_related(
 def delete_session(
     user_id: Annotated[str, Path(pattern=IDENTIFIER)],
     session_id: uuid.UUID,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     request: Request,
 ) -> dict[str, Any]:
     """Clear a session: its turns, the memories no other session supports (the others keep

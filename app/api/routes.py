@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, TypeAdapter
 
 from app.api import schemas
 from app.api.auth import Tenant
-from app.api.shares import within_share
+from app.api.shares import MeteredTenant, within_share
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import (
@@ -74,9 +74,7 @@ def _check_window(body: SearchRequest) -> None:
         )
 
 
-@router.post(
-    "/search", tags=["recall"], response_model=schemas.SearchResult, responses=schemas.OVER_SHARE
-)
+@router.post("/search", tags=["recall"], response_model=schemas.SearchResult)
 def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Response:
     """Hybrid search: the source turns that answer the query, each with the memories made
     from it attached (`unit: memories` ranks memories instead).
@@ -105,7 +103,6 @@ def post_search(body: SearchRequest, tenant: Tenant, request: Request) -> Respon
     "/context",
     tags=["recall"],
     response_model=schemas.ContextResponse,
-    responses=schemas.OVER_SHARE,
 )
 def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> Response:
     """The context block for the user's next answer, packed into the token budget (a read of
@@ -125,7 +122,7 @@ def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> Resp
     tags=["memories"],
     response_model=schemas.Remembered,
 )
-def post_memories(body: RememberRequest, tenant: Tenant, request: Request) -> dict[str, Any]:
+def post_memories(body: RememberRequest, tenant: MeteredTenant, request: Request) -> dict[str, Any]:
     """Explicit memories (e.g. a knowledge base): embedded, deduplicated, linked into L4."""
     state = _state(request)
     stored = remember(tenant, body, settings=state.settings, embedder=state.embedder)
@@ -134,7 +131,7 @@ def post_memories(body: RememberRequest, tenant: Tenant, request: Request) -> di
 
 @router.get("/memories", tags=["memories"], response_model=schemas.MemoryPage)
 def list_memories(
-    tenant: Tenant,
+    tenant: MeteredTenant,
     user_id: UserId,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
@@ -164,7 +161,7 @@ def list_memories(
 )
 def get_memory_route(
     memory_id: uuid.UUID,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     recall: Annotated[
         int | None, Query(ge=0, le=100, description="total recall: source turns ± N turns")
     ] = None,
@@ -182,7 +179,7 @@ def get_memory_route(
     response_model=schemas.Restored,
     responses=schemas.NOT_FOUND,
 )
-def restore_memory(memory_id: uuid.UUID, tenant: Tenant, request: Request) -> dict[str, Any]:
+def restore_memory(memory_id: uuid.UUID, tenant: MeteredTenant, request: Request) -> dict[str, Any]:
     """Bring a memory that decay archived back into search (decay restarts from now)."""
     if get_memory(tenant, memory_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"memory {memory_id} not found")
@@ -198,7 +195,7 @@ def restore_memory(memory_id: uuid.UUID, tenant: Tenant, request: Request) -> di
 )
 def entity_graph(
     name: str,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     user_id: UserId,
     depth: Annotated[int, Query(ge=1, le=4)] = 2,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -247,7 +244,7 @@ class ProcedureIn(BaseModel):
     tags=["procedures"],
     response_model=schemas.ProcedureView,
 )
-def post_procedure(body: ProcedureIn, tenant: Tenant, request: Request) -> dict[str, Any]:
+def post_procedure(body: ProcedureIn, tenant: MeteredTenant, request: Request) -> dict[str, Any]:
     """Count one run of a tool sequence for a query; confidence follows the outcomes."""
     state = _state(request)
     try:
@@ -269,7 +266,7 @@ def post_procedure(body: ProcedureIn, tenant: Tenant, request: Request) -> dict[
 
 @router.get("/procedures/suggest", tags=["procedures"], response_model=schemas.SuggestionResponse)
 def suggest_procedure(
-    tenant: Tenant,
+    tenant: MeteredTenant,
     request: Request,
     user_id: UserId,
     query: Annotated[str, Query(min_length=1, max_length=4000)],
@@ -297,7 +294,7 @@ def suggest_procedure(
 @router.delete("/users/{user_id}", tags=["users"], response_model=schemas.ForgetReport)
 def delete_user(
     user_id: UserPath,
-    tenant: Tenant,
+    tenant: MeteredTenant,
     request: Request,
 ) -> dict[str, Any]:
     """Forget a user: every layer and every Redis key of theirs; returns what was removed."""
@@ -309,7 +306,7 @@ def delete_user(
 
 
 @router.get("/users/{user_id}/extraction", tags=["users"], response_model=schemas.ExtractionStatus)
-def extraction_state(user_id: UserPath, tenant: Tenant, request: Request) -> dict[str, Any]:
+def extraction_state(user_id: UserPath, tenant: MeteredTenant, request: Request) -> dict[str, Any]:
     """How far extraction got with what was sent for this user: events still pending ingest
     (in the user's stream partition, other users' included), turns unscored and unclaimed,
     batches in flight or failed. `caught_up`: nothing is left at any of those stops;
@@ -325,7 +322,7 @@ def extraction_state(user_id: UserPath, tenant: Tenant, request: Request) -> dic
     response_model=schemas.Flushed,
 )
 def flush_extraction(
-    user_id: UserPath, tenant: Tenant, request: Request, background: BackgroundTasks
+    user_id: UserPath, tenant: MeteredTenant, request: Request, background: BackgroundTasks
 ) -> dict[str, Any]:
     """Extract the user's scored, unclaimed turns now, however few: at the end of a
     conversation, fewer than N would wait for the idle timeout. Claims one batch (none while
@@ -340,6 +337,6 @@ def flush_extraction(
 
 
 @router.get("/stats", tags=["operations"], response_model=schemas.Stats)
-def stats(tenant: Tenant) -> dict[str, Any]:
+def stats(tenant: MeteredTenant) -> dict[str, Any]:
     """Rows per layer for this tenant, and its users."""
     return tenant_stats(tenant)

@@ -91,12 +91,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "no key, or a key that is unknown or revoked"},
     413: {"model": ErrorBody, "description": "the body is over ENGRAM_API_MAX_BODY_BYTES"},
     422: {"model": ValidationErrorBody, "description": "invalid request, fields named"},
+    429: {"model": ErrorBody, "description": "over the tenant's share; retry after Retry-After"},
     503: {"model": ErrorBody, "description": "a dependency is down; retry after Retry-After"},
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}}
-OVER_SHARE: dict[int | str, dict[str, Any]] = {
-    429: {"model": ErrorBody, "description": "over the tenant's share; retry after Retry-After"}
-}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,15 @@
-"""A tenant's share of an API door (app/services/quota.py), said as 429 with Retry-After."""
+"""A tenant's share of an API door (app/services/quota.py), said as 429 with Retry-After.
+
+Events, searches and context blocks charge their own doors in their routes (a batch costs
+its events); every other tenant route takes `MeteredTenant`, which charges one call."""
 
 from __future__ import annotations
 
-from fastapi import HTTPException, status
+from typing import Annotated
 
+from fastapi import Depends, HTTPException, Request, status
+
+from app.api.auth import Tenant
 from app.services.quota import TenantQuota
 
 
@@ -16,3 +22,12 @@ def within_share(quota: TenantQuota, tenant: str, cost: int = 1) -> None:
             {"message": refused.message(), "retry_after_s": refused.retry_after_s},
             headers={"Retry-After": str(refused.retry_after_s)},
         )
+
+
+def metered_tenant(request: Request, tenant: Tenant) -> str:
+    """The caller's tenant, once it has taken a call from its share."""
+    within_share(request.app.state.engram.calls_quota, tenant)
+    return tenant
+
+
+MeteredTenant = Annotated[str, Depends(metered_tenant)]

@@ -1,16 +1,17 @@
-"""Each tenant's share of the API's two shared doors: a token bucket in Redis per tenant.
+"""Each tenant's share of the API's shared doors: a token bucket in Redis per tenant and door.
 
 Events: every tenant's go into the same stream partitions, which workers drain in order, so
 one tenant sending as fast as it can would fill them (every tenant then gets 503s at the
 cap) and put everyone else's turns behind its own. Reads: searches and context blocks run on
-the same API processes and Postgres, so one tenant's flood slows every other's answers.
+the same API processes and Postgres, so one tenant's flood slows every other's answers. Calls:
+every other route (listings, edits, remembering, procedures, status) is such work too.
 
-A bucket holds `burst` tokens and refills at `per_s` (ENGRAM_TENANT_EVENTS_* and
-ENGRAM_TENANT_READS_*); a batch of events takes one token per event, a search or a context
-block one, or none and the request is refused with the seconds until it would fit (429 and
-Retry-After). Redis's own clock times the refill, so every API process shares one bucket per
-tenant and door. Redis unreachable lets the request through: it then fails or degrades as it
-would have (the streams are Redis; a read works without it).
+A bucket holds `burst` tokens and refills at `per_s` (ENGRAM_TENANT_EVENTS_*,
+ENGRAM_TENANT_READS_*, ENGRAM_TENANT_CALLS_*); a batch of events takes one token per event,
+any other request one, or none and the request is refused with the seconds until it would fit
+(429 and Retry-After). Redis's own clock times the refill, so every API process shares one
+bucket per tenant and door. Redis unreachable lets the request through: it then fails or
+degrades as it would have (the streams are Redis; a read works without it).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ return {0, math.ceil((cost - tokens) * 1000 / rate)}
 """
 
 
-Door = Literal["events", "reads"]
+Door = Literal["events", "reads", "calls"]
 
 # KEYS[1] the bucket; ARGV: capacity, tokens to give back (up to the capacity).
 _GIVE_BACK = """
@@ -69,7 +70,11 @@ class OverQuota:
     retry_after_s: int
 
     def message(self) -> str:
-        what = "events" if self.door == "events" else "searches and context requests"
+        what = {
+            "events": "events",
+            "reads": "searches and context requests",
+            "calls": "requests",
+        }[self.door]
         again = "send this batch again" if self.door == "events" else "ask again"
         return (
             f"tenant {self.tenant_id} is sending {what} faster than its share "
@@ -84,10 +89,11 @@ class TenantQuota:
     def __init__(self, client: redis.Redis, settings: Settings, door: Door) -> None:
         self.keys = RedisKeys.from_settings(settings)
         self.door = door
-        if door == "events":
-            self.per_s, self.burst = settings.tenant_events_per_s, settings.tenant_events_burst
-        else:
-            self.per_s, self.burst = settings.tenant_reads_per_s, settings.tenant_reads_burst
+        self.per_s, self.burst = {
+            "events": (settings.tenant_events_per_s, settings.tenant_events_burst),
+            "reads": (settings.tenant_reads_per_s, settings.tenant_reads_burst),
+            "calls": (settings.tenant_calls_per_s, settings.tenant_calls_burst),
+        }[door]
         self._take = client.register_script(_TAKE)
         self._give_back = client.register_script(_GIVE_BACK)
 

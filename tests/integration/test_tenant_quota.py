@@ -1,10 +1,12 @@
 """Each tenant's share of the API's doors (app/services/quota.py), on the real Redis, through
 the app and through the SDK over HTTP: a batch of events over the share is refused whole with
-429 and Retry-After, a search or context over the reads' share likewise, another tenant is
-not held back, and a client that waits is let in."""
+429 and Retry-After, a search or context over the reads' share likewise, any other route over
+the calls' share likewise, another tenant is not held back, and a client that waits is let
+in."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +26,10 @@ PER_S = 20.0
 BURST = 1000
 READS_PER_S = 0.2  # a token every five seconds: the burst is spent well before one refills
 READS_BURST = 5
+CALLS_PER_S = 0.2
+CALLS_BURST = 3
+# The routes that charge a door of their own, in the route.
+OWN_DOORS = {("POST", "/v1/events"), ("POST", "/v1/search"), ("POST", "/v1/context")}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +39,8 @@ def quota_settings(base_settings: Settings) -> Iterator[Settings]:
         "tenant_events_burst": BURST,
         "tenant_reads_per_s": READS_PER_S,
         "tenant_reads_burst": READS_BURST,
+        "tenant_calls_per_s": CALLS_PER_S,
+        "tenant_calls_burst": CALLS_BURST,
     }
     with prefixed(base_settings, "quota", **update) as settings:
         yield settings
@@ -108,8 +116,54 @@ def test_the_bucket_is_the_tenants_key_and_expires(
 
 def test_the_schema_says_a_request_may_be_refused_for_its_rate(api: TestClient) -> None:
     paths = api.get("/openapi.json").json()["paths"]
-    for path in ("/v1/events", "/v1/search", "/v1/context"):
-        assert "429" in paths[path]["post"]["responses"], path
+    for path, operations in paths.items():
+        if path.startswith("/v1/"):
+            for method, operation in operations.items():
+                assert "429" in operation["responses"], (method, path)
+
+
+def test_every_other_tenant_route_takes_a_call(api: TestClient) -> None:
+    """Every operation the schema lists, routes added later included, is refused once the
+    tenant's calls are spent, unless it charges a door of its own (the bucket is charged
+    before the request's fields are read, so placeholders do)."""
+    _, spent = _caller()
+    for _ in range(CALLS_BURST):
+        assert api.get("/v1/stats", headers=spent).status_code == 200
+    paths = api.get("/openapi.json").json()["paths"]
+    operations = [
+        (method.upper(), path)
+        for path, methods in paths.items()
+        if path.startswith("/v1/")
+        for method in methods
+    ]
+    assert len(operations) > 20
+    for method, path in operations:
+        url = re.sub(r"\{[^}]+\}", "x", path)
+        answer = api.request(method, url, headers=spent, json={})
+        if (method, path) in OWN_DOORS:
+            assert answer.status_code != 429, (method, path, answer.text)
+        else:
+            assert answer.status_code == 429, (method, path, answer.text)
+
+
+def test_other_routes_share_the_calls_bucket(api: TestClient) -> None:
+    tenant, greedy = _caller()
+    _, other = _caller()
+    asked = [
+        ("GET", "/v1/memories?user_id=u"),
+        ("GET", "/v1/users/u/extraction"),
+        ("GET", "/v1/stats"),
+        ("GET", f"/v1/memories/{uuid.uuid4()}"),
+    ]
+    answers = [api.request(method, path, headers=greedy) for method, path in asked]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429], [a.text for a in answers]
+    refused = answers[-1]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 5
+    assert f"tenant {tenant} is sending requests faster" in refused.json()["detail"]["message"]
+    assert api.get("/v1/stats", headers=other).status_code == 200
+    # Reads are another bucket.
+    searched = {"user_id": "u", "query": "anything"}
+    assert api.post("/v1/search", json=searched, headers=greedy).status_code == 200
 
 
 def test_searches_and_contexts_share_the_reads_bucket(api: TestClient) -> None:
@@ -149,11 +203,11 @@ def test_a_rate_of_zero_is_no_limit(quota_settings: Settings, redis_client: Any)
     from app.services.quota import TenantQuota
 
     unlimited = quota_settings.model_copy(
-        update={"tenant_events_per_s": 0.0, "tenant_reads_per_s": 0.0}
+        update={"tenant_events_per_s": 0.0, "tenant_reads_per_s": 0.0, "tenant_calls_per_s": 0.0}
     )
     tenant, _ = _caller()
     keys = RedisKeys.from_settings(unlimited)
-    for door in ("events", "reads"):
+    for door in ("events", "reads", "calls"):
         assert TenantQuota(redis_client, unlimited, door).take(tenant, 10**9) is None
         assert not redis_client.exists(keys.tenant_quota(door, tenant))
 
