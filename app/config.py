@@ -237,6 +237,10 @@ class Settings(BaseSettings):
     search_speaker_boost: float = Field(
         default=1.0, ge=0, le=4, description="turns of the one speaker a question names: x(1+b)"
     )
+    # Turns in which the speaker speaks of themselves (app/services/search_turns.py).
+    search_first_person_boost: float = Field(
+        default=0.2, ge=0, le=4, description="turns with I / me / my / mine / myself: x(1+b)"
+    )
     # Evidence clusters: a turn found near one of the best turns in its session ranks higher
     # (app/scoring/proximity.py).
     search_neighbour_boost: float = Field(

@@ -128,15 +128,17 @@ _TURN_FIELDS = (
 )
 
 
-_FACTS = "id, speaker, occurred_at"
+# Whether the speaker speaks of themselves (I, me, my, mine, myself; "I'm" too): see
+# search_turns._favour_self_disclosure.
+_FACTS = r"id, speaker, occurred_at, content ~* '\m(i|me|my|mine|myself)\M' AS first_person"
 
 
 def turn_facts(
     session: Session, tenant_id: str, user_id: str, ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Any]:
-    """turn id → (speaker, occurred_at): a light read of every fused turn, enough for the
-    named-speaker boost and for ranking the pool by recency before the whole rows of the few
-    that are returned are read (turns_by_id).
+    """turn id → (speaker, occurred_at, first_person): a light read of every fused turn,
+    enough for the named-speaker and first-person boosts and for ranking the pool by recency
+    before the whole rows of the few that are returned are read (turns_by_id).
 
     Reads by id name the tenant and the user: the trace is hash-partitioned by both, so the
     planner keeps the one partition (the row-level-security check alone is known only when
