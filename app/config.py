@@ -216,6 +216,11 @@ class Settings(BaseSettings):
     )
     search_weight_dense: float = Field(default=1.0, ge=0, le=4, description="memory vectors")
     search_weight_lexical: float = Field(default=1.0, ge=0, le=4, description="memory words")
+    # The memory vectors again, for the question with the speakers' names it gives (the other
+    # legs embed it without them): memories name who did what. Turns unit only.
+    search_weight_dense_named: float = Field(
+        default=1.0, ge=0, le=4, description="memory vectors, for the question with its names"
+    )
     search_weight_turn_dense: float = Field(default=1.0, ge=0, le=4, description="turn vectors")
     search_weight_turn_lexical: float = Field(default=1.5, ge=0, le=4, description="turn words")
     search_weight_time: float = Field(

@@ -36,40 +36,60 @@ def _pool() -> ThreadPoolExecutor:
 
 
 class QueryVector:
-    """The vector of one query: `get()` waits for it; None when the backend failed, with
+    """The vector of one query, and optionally of a second wording embedded in the same model
+    call (`also`): `get()` and `also()` wait for them; None when the backend failed, with
     `error` saying why (the search then ranks by words alone and says so)."""
 
-    def __init__(self, future: Future[list[list[float]]] | None, vector: Sequence[float] | None):
+    def __init__(
+        self,
+        future: Future[list[list[float]]] | None,
+        vectors: Sequence[Sequence[float]] | None,
+    ) -> None:
         self._future = future
-        self._vector = vector
+        self._vectors = vectors
         self.error: EmbeddingError | None = None
 
     @classmethod
     def ready(cls, vector: Sequence[float] | None) -> QueryVector:
         """A vector already at hand (or none: a lexical-only ranking)."""
-        return cls(None, vector)
+        return cls(None, None if vector is None else [vector])
 
     @classmethod
-    def start(cls, embedder: Embedder, text: str, owner: Owner) -> QueryVector:
+    def start(
+        cls, embedder: Embedder, text: str, owner: Owner, *, also: str | None = None
+    ) -> QueryVector:
         """Embedded in a background thread: `get()` waits for it."""
-        return cls(_pool().submit(embedder.embed, [text], [owner]), None)
+        texts = [text] if also is None else [text, also]
+        return cls(_pool().submit(embedder.embed, texts, [owner] * len(texts)), None)
 
     @classmethod
-    def now(cls, embedder: Embedder, text: str, owner: Owner) -> QueryVector:
+    def now(
+        cls, embedder: Embedder, text: str, owner: Owner, *, also: str | None = None
+    ) -> QueryVector:
         """Embedded before the caller goes on: a remote service's wait (up to its timeout)
         must not hold the database connection the search's words are read on."""
+        texts = [text] if also is None else [text, also]
         try:
-            return cls(None, embedder.embed([text], [owner])[0])
+            return cls(None, embedder.embed(texts, [owner] * len(texts)))
         except EmbeddingError as exc:
             vector = cls(None, None)
             vector.error = exc
             return vector
 
     def get(self) -> Sequence[float] | None:
+        vectors = self._all()
+        return vectors[0] if vectors else None
+
+    def also(self) -> Sequence[float] | None:
+        """The second wording's vector, if one was asked for."""
+        vectors = self._all()
+        return vectors[1] if vectors and len(vectors) > 1 else None
+
+    def _all(self) -> Sequence[Sequence[float]] | None:
         if self._future is None:
-            return self._vector
+            return self._vectors
         try:
-            return self._future.result()[0]
+            return self._future.result()
         except EmbeddingError as exc:
             self.error = exc
             return None

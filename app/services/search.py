@@ -27,6 +27,7 @@ from app.services.search_memories import rank_memories
 from app.services.search_models import AttachedMemory, SearchHit, SearchRequest, SearchResult
 from app.services.search_turns import rank_turns
 from app.text.question_frame import without_frame
+from app.text.speaker_names import Names
 from app.text.time_window import time_window
 
 __all__ = ["AttachedMemory", "SearchHit", "SearchRequest", "SearchResult", "search"]
@@ -55,16 +56,18 @@ def search(
     local = settings.embedding_backend == "local"
     owner = Owner(tenant_id, request.user_id)
     asked_for = without_frame(request.query)
+    unit = request.unit or settings.search_unit
+    window = time_window(request.query, now) if unit == "turns" else None
     if not local:
         with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
             names = names_in(session, tenant_id, request.user_id, request.query)
-        vector = QueryVector.now(embedder, names.for_embedding(asked_for), owner)
-    unit = request.unit or settings.search_unit
-    window = time_window(request.query, now) if unit == "turns" else None
+        text, also = _wordings(names, asked_for, unit, settings)
+        vector = QueryVector.now(embedder, text, owner, also=also)
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if local:
             names = names_in(session, tenant_id, request.user_id, request.query)
-            vector = QueryVector.start(embedder, names.for_embedding(asked_for), owner)
+            text, also = _wordings(names, asked_for, unit, settings)
+            vector = QueryVector.start(embedder, text, owner, also=also)
         # Ranked with the names it calls speakers by spelled as theirs ("Kate" → Emi).
         asked = request.model_copy(update={"query": names.lexical(asked_for)})
         if unit == "turns":
@@ -93,6 +96,19 @@ def search(
         warnings=warnings,
         names=dict(names.aliases),
     )
+
+
+def _wordings(
+    names: Names, asked_for: str, unit: str, settings: Settings
+) -> tuple[str, str | None]:
+    """The query as embedded for every dense leg (without the speakers' names), and, when it
+    names one and the turns unit has a leg for it, as written with the chat's own spelling of
+    the names: memories say who did what ("Nebraas adopted a grey cat"), so the named
+    wording finds the memories about the one the question asks of."""
+    unnamed = names.for_embedding(asked_for)
+    named = names.lexical(asked_for)
+    wanted = unit == "turns" and settings.search_weight_dense_named > 0 and named != unnamed
+    return unnamed, named if wanted else None
 
 
 def _with_knowledge(

@@ -124,6 +124,17 @@ def legs(
                 settings.search_weight_dense,
             )
         )
+    named = vector.also()
+    if named is not None:
+        memory_legs.append(
+            Leg(
+                "memory_dense_named",
+                memory_search.dense_candidates(
+                    session, memory_filter, named, limit=pool, ef_search=ef
+                ),
+                settings.search_weight_dense_named,
+            )
+        )
     if query is not None and settings.search_weight_entity > 0:
         memory_legs.append(
             _entity_leg(session, memory_filter, request, query, memory_legs, settings)

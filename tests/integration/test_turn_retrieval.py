@@ -323,3 +323,36 @@ def test_the_answer_told_right_after_the_best_match_outranks_the_same_words_else
         if h.source_turn_ids == ["nora-13"]
     )
     assert hit.parts["neighbours"] == pytest.approx(math.exp(-1 / 4), rel=0.01)
+
+
+def test_memories_about_the_one_a_question_names_are_found_by_its_named_wording(
+    settings: Settings, redis_client: Any, embedder: Any, tenant: str
+) -> None:
+    # Both speakers adopted a pet; only the memories say who ("Noor adopted a puppy").
+    lines = [
+        (T0, "I finally adopted a grey kitten, she sleeps all day."),
+        (T0 + timedelta(minutes=1), "I finally adopted a little puppy, he chews everything."),
+    ]
+    rows = converse(
+        settings, redis_client, embedder, tenant, "pets", lines, speakers=("Mia", "Noor")
+    )
+    for turn, said in (
+        ("pets-0", "Mia adopted a grey kitten."),
+        ("pets-1", "Noor adopted a puppy."),
+    ):
+        memory_from_turns(tenant, "pets", said, [rows[turn]], settings, embedder)
+
+    def named_leg(query: str, weight: float = 1.0) -> dict[str, float]:
+        tuned = settings.model_copy(update={"search_weight_dense_named": weight})
+        result = find(tenant, tuned, embedder, user_id="pets", query=query)
+        return {
+            t: h.parts["memory_dense_named"]
+            for h in result.hits
+            for t in h.source_turn_ids
+            if "memory_dense_named" in h.parts
+        }
+
+    asked = named_leg("Which pet did Noor adopt?")
+    assert asked.get("pets-1", 0) > asked.get("pets-0", 0), asked
+    assert named_leg("Which pet was adopted?") == {}  # no name: no second wording
+    assert named_leg("Which pet did Noor adopt?", weight=0.0) == {}

@@ -84,3 +84,16 @@ def test_now_embeds_before_returning_and_keeps_an_outage_as_no_vector() -> None:
     down = QueryVector.now(_Embedder(fail=EmbeddingError("timed out")), "q", OWNER)
     assert down.get() is None
     assert down.error is not None and "timed out" in str(down.error)
+
+
+def test_a_second_wording_is_embedded_in_the_same_call() -> None:
+    for make in (QueryVector.start, QueryVector.now):
+        embedder = _Embedder()
+        vector = make(embedder, "what pets does he have", OWNER, also="what pets does Nebraas have")
+        assert vector.get() == [1.0, 0.0] and vector.also() == [1.0, 0.0]
+        assert embedder.calls == [["what pets does he have", "what pets does Nebraas have"]]
+        assert embedder.owners == [[OWNER, OWNER]]
+    alone = QueryVector.start(_Embedder(), "q", OWNER)
+    assert alone.also() is None and QueryVector.ready([0.6, 0.8]).also() is None
+    down = QueryVector.start(_Embedder(fail=EmbeddingError("down")), "q", OWNER, also="q2")
+    assert down.get() is None and down.also() is None and down.error is not None
