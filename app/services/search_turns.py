@@ -126,11 +126,13 @@ def legs(
         )
     named = vector.also()
     if named is not None:
+        # Half the pool: the named wording's first ranks carry its votes (its best 50 ranked
+        # the development conversations as well as its best 100, in less time).
         memory_legs.append(
             Leg(
                 "memory_dense_named",
                 memory_search.dense_candidates(
-                    session, memory_filter, named, limit=pool, ef_search=ef
+                    session, memory_filter, named, limit=max(pool // 2, request.limit), ef_search=ef
                 ),
                 settings.search_weight_dense_named,
             )
