@@ -86,14 +86,27 @@ def test_now_embeds_before_returning_and_keeps_an_outage_as_no_vector() -> None:
     assert down.error is not None and "timed out" in str(down.error)
 
 
-def test_a_second_wording_is_embedded_in_the_same_call() -> None:
-    for make in (QueryVector.start, QueryVector.now):
-        embedder = _Embedder()
-        vector = make(embedder, "what pets does he have", OWNER, also="what pets does Nebraas have")
-        assert vector.get() == [1.0, 0.0] and vector.also() == [1.0, 0.0]
-        assert embedder.calls == [["what pets does he have", "what pets does Nebraas have"]]
-        assert embedder.owners == [[OWNER, OWNER]]
+def test_a_second_wording_is_embedded_after_the_first() -> None:
+    unnamed, named = "what pets does he have", "what pets does Nebraas have"
+    release = threading.Event()
+    embedder = _Embedder(release)
+    vector = QueryVector.start(embedder, unnamed, OWNER, also=named)
+    release.set()
+    assert vector.get() == [1.0, 0.0] and vector.also() == [1.0, 0.0]
+    assert embedder.calls == [[unnamed], [named]]  # the first wording first, alone
+    assert embedder.owners == [[OWNER], [OWNER]]
+    remote = _Embedder()
+    vector = QueryVector.now(remote, unnamed, OWNER, also=named)
+    assert vector.get() == [1.0, 0.0] and vector.also() == [1.0, 0.0]
+    assert remote.calls == [[unnamed, named]]  # one request to a remote service
     alone = QueryVector.start(_Embedder(), "q", OWNER)
     assert alone.also() is None and QueryVector.ready([0.6, 0.8]).also() is None
+
+
+def test_a_failed_backend_fails_both_wordings() -> None:
     down = QueryVector.start(_Embedder(fail=EmbeddingError("down")), "q", OWNER, also="q2")
-    assert down.get() is None and down.also() is None and down.error is not None
+    assert down.get() is None and down.also() is None
+    assert down.error is not None and "down" in str(down.error)
+    bug = QueryVector.start(_Embedder(fail=ValueError("bad shape")), "q", OWNER, also="q2")
+    with pytest.raises(ValueError, match="bad shape"):
+        bug.also()
