@@ -3,15 +3,17 @@
 The unit of evidence is what was said: a question is answered by a turn, and a memory is a
 distilled key that points at the turns it came from. Legs, each under the request's filter:
 the turns' own words (BM25) and vectors, the memories' words and vectors (each memory voting
-for the turns it cites), and, when the query names a time ("on 5 January", "last week"), the
-turns' words and vectors again inside that time; and the memories reached through the
-entities the question names or the best memories mention (L4, app/layers/conceptual/search.py:
-the second hop of a multi-hop question). They are fused by rank
-(app/scoring/fusion.py), so no leg's score scale swamps another's; found turns a few messages
-from the best ones in the same session rank higher (app/scoring/proximity.py: evidence
-clusters), and the fused score is multiplied by the same bounded prior memories get
-(importance, recency, consolidation of the turn's memories). Memories that cite no turn
-(told through the API) are ranked beside turns.
+for the turns it cites; when the question names a speaker, the memory vectors again for its
+wording with the name, since memories say who did what), and, when the query names a time
+("on 5 January", "last week"), the turns' words and vectors again inside that time; and the
+memories reached through the entities the question names or the best memories mention (L4,
+app/layers/conceptual/search.py: the second hop of a multi-hop question). They are fused by
+rank (app/scoring/fusion.py), so no leg's score scale swamps another's; the turns of the
+speaker a question names, and turns in which the speaker speaks of themselves, count more;
+found turns a few messages from the best ones in the same session rank higher
+(app/scoring/proximity.py: evidence clusters), and the fused score is multiplied by the same
+bounded prior memories get (importance, recency, consolidation of the turn's memories).
+Memories that cite no turn (told through the API) are ranked beside turns.
 """
 
 from __future__ import annotations
