@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel
 
 from app.api import schemas
-from app.api.shares import MeteredTenant
+from app.api.shares import MeteredTenant, charge_items
 from app.layers.semantic import listing
 from app.services.knowledge import (
     KnowledgeRequest,
@@ -30,7 +30,9 @@ class KnowledgeDeleted(BaseModel):
 def post_knowledge(
     body: KnowledgeRequest, tenant: MeteredTenant, request: Request
 ) -> dict[str, Any]:
-    """Facts of the tenant (docs, policies): searchable by every user with include_knowledge."""
+    """Facts of the tenant (docs, policies): searchable by every user with include_knowledge.
+    Each fact is one call of the tenant's share (ENGRAM_TENANT_CALLS_PER_S)."""
+    charge_items(request, tenant, len(body.memories))
     state = request.app.state.engram
     stored = add_knowledge(tenant, body, settings=state.settings, embedder=state.embedder)
     return {"memories": [{"id": m.id, "status": m.status} for m in stored]}

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, TypeAdapter
 
 from app.api import schemas
 from app.api.auth import Tenant
-from app.api.shares import MeteredTenant, within_share
+from app.api.shares import MeteredTenant, charge_items, within_share
 from app.db.session import unit_of_work
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import (
@@ -123,7 +123,9 @@ def post_context(body: ContextRequest, tenant: Tenant, request: Request) -> Resp
     response_model=schemas.Remembered,
 )
 def post_memories(body: RememberRequest, tenant: MeteredTenant, request: Request) -> dict[str, Any]:
-    """Explicit memories (e.g. a knowledge base): embedded, deduplicated, linked into L4."""
+    """Explicit memories (e.g. a knowledge base): embedded, deduplicated, linked into L4.
+    Each memory is one call of the tenant's share (ENGRAM_TENANT_CALLS_PER_S)."""
+    charge_items(request, tenant, len(body.memories))
     state = _state(request)
     stored = remember(tenant, body, settings=state.settings, embedder=state.embedder)
     return {"memories": [{"id": m.id, "status": m.status} for m in stored]}

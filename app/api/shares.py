@@ -1,7 +1,8 @@
 """A tenant's share of an API door (app/services/quota.py), said as 429 with Retry-After.
 
 Events, searches and context blocks charge their own doors in their routes (a batch costs
-its events); every other tenant route takes `MeteredTenant`, which charges one call."""
+its events); every other tenant route takes `MeteredTenant`, which charges one call, and a
+batch of memories to embed one more per memory (`charge_items`)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,15 @@ def metered_tenant(request: Request, tenant: Tenant) -> str:
 
 
 MeteredTenant = Annotated[str, Depends(metered_tenant)]
+
+
+def charge_items(request: Request, tenant: str, items: int) -> None:
+    """A request that does the work of `items` calls (memories to embed) takes the ones
+    beyond the call `MeteredTenant` charged; refused, it gives that call back (nothing
+    was done)."""
+    quota = request.app.state.engram.calls_quota
+    try:
+        within_share(quota, tenant, items - 1)
+    except HTTPException:
+        quota.give_back(tenant, 1)
+        raise

@@ -234,3 +234,16 @@ def test_events_the_streams_refused_are_given_back(base_settings: Settings) -> N
         full = api.post("/v1/events", json={"events": _events(50, "i")}, headers=headers)
         assert full.status_code == 503, full.text
         assert float(client.hget(key, "tokens")) == pytest.approx(4000, abs=1)
+
+
+def test_a_batch_of_memories_takes_a_call_per_memory(api: TestClient) -> None:
+    """Remembering embeds every memory in the API process: a batch costs its size."""
+    _, headers = _caller()
+    memories = [{"content": f"fact number {n} about the garden"} for n in range(CALLS_BURST + 1)]
+    whole = api.post("/v1/memories", json={"user_id": "u", "memories": memories}, headers=headers)
+    assert whole.status_code == 429, whole.text
+    assert api.get("/v1/stats", headers=headers).status_code == 200  # its call was given back
+    fits = {"user_id": "u", "memories": memories[: CALLS_BURST - 1]}
+    assert api.post("/v1/memories", json=fits, headers=headers).status_code == 201
+    knowledge = {"memories": memories[:2]}
+    assert api.post("/v1/knowledge", json=knowledge, headers=headers).status_code == 429
