@@ -80,8 +80,8 @@ class PayloadTooLargeError(EngramError):
 
 
 class RateLimitedError(EngramError):
-    """429 after every retry: the tenant sends events faster than its share of the server;
-    `retry_after_s` says when this batch would fit."""
+    """429 after every retry: the tenant is over its share of the server (events, searches
+    or other calls); `retry_after_s` says when this request would fit."""
 
     @property
     def retry_after_s(self) -> float | None:
