@@ -26,7 +26,7 @@ PER_S = 20.0
 BURST = 1000
 READS_PER_S = 0.2  # a token every five seconds: the burst is spent well before one refills
 READS_BURST = 5
-CALLS_PER_S = 0.2
+CALLS_PER_S = 0.05  # a token every twenty seconds: no refill while a test walks every route
 CALLS_BURST = 3
 # The routes that charge a door of their own, in the route.
 OWN_DOORS = {("POST", "/v1/events"), ("POST", "/v1/search"), ("POST", "/v1/context")}
@@ -158,7 +158,7 @@ def test_other_routes_share_the_calls_bucket(api: TestClient) -> None:
     answers = [api.request(method, path, headers=greedy) for method, path in asked]
     assert [a.status_code for a in answers] == [200, 200, 200, 429], [a.text for a in answers]
     refused = answers[-1]
-    assert 1 <= int(refused.headers["Retry-After"]) <= 5
+    assert 1 <= int(refused.headers["Retry-After"]) <= 20
     assert f"tenant {tenant} is sending requests faster" in refused.json()["detail"]["message"]
     assert api.get("/v1/stats", headers=other).status_code == 200
     # Reads are another bucket.
