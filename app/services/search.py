@@ -61,15 +61,15 @@ def search(
     if not local:
         with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
             names = names_in(session, tenant_id, request.user_id, request.query)
-        text, also = _wordings(names, asked_for, unit, settings)
+        text, spelled, also = _wordings(names, asked_for, unit, settings)
         vector = QueryVector.now(embedder, text, owner, also=also)
     with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
         if local:
             names = names_in(session, tenant_id, request.user_id, request.query)
-            text, also = _wordings(names, asked_for, unit, settings)
+            text, spelled, also = _wordings(names, asked_for, unit, settings)
             vector = QueryVector.start(embedder, text, owner, also=also)
         # Ranked with the names it calls speakers by spelled as theirs ("Kate" → Emi).
-        asked = request.model_copy(update={"query": names.lexical(asked_for)})
+        asked = request.model_copy(update={"query": spelled})
         if unit == "turns":
             hits = rank_turns(session, tenant_id, asked, vector, settings, now, window)
         else:
@@ -100,15 +100,15 @@ def search(
 
 def _wordings(
     names: Names, asked_for: str, unit: str, settings: Settings
-) -> tuple[str, str | None]:
-    """The query as embedded for every dense leg (without the speakers' names), and, when it
-    names one and the turns unit has a leg for it, as written with the chat's own spelling of
-    the names: memories say who did what ("Nebraas adopted a grey cat"), so the named
-    wording finds the memories about the one the question asks of."""
+) -> tuple[str, str, str | None]:
+    """(the query as embedded for every dense leg, without the speakers' names; as ranked by
+    words, the names in the chat's own spelling; that spelling to embed as well, when it
+    names one and the turns unit has a leg for it): memories say who did what ("Nebraas
+    adopted a grey cat"), so the named wording finds the memories about the one asked of."""
     unnamed = names.for_embedding(asked_for)
-    named = names.lexical(asked_for)
-    wanted = unit == "turns" and settings.search_weight_dense_named > 0 and named != unnamed
-    return unnamed, named if wanted else None
+    spelled = names.lexical(asked_for)
+    wanted = unit == "turns" and settings.search_weight_dense_named > 0 and spelled != unnamed
+    return unnamed, spelled, spelled if wanted else None
 
 
 def _with_knowledge(
