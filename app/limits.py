@@ -17,6 +17,12 @@ store and read back, shared by the event model and the REST request models.
   neither Redis nor Postgres can be sent it). A memory's content also holds something to
   read: whitespace and invisible format characters alone (zero-width spaces, direction
   marks) would be stored as an empty memory that every search and context then carries.
+- **A request's times** are RFC 3339 text: a number is refused rather than read as seconds
+  since the epoch, which the OpenAPI document does not offer.
+
+The validators are code, which pydantic cannot print into a JSON Schema; `Declared` adds the
+keywords that say the same (a `pattern`), so a client checking requests against the OpenAPI
+document refuses what the door refuses, and accepts what it accepts.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Strict
+from pydantic import AfterValidator, BeforeValidator, GetJsonSchemaHandler, Strict
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from app.config import get_settings
 
@@ -43,6 +53,19 @@ RANGE_MESSAGE = (
 REPAIRED_MARKER = "_repaired"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+# The same rule as a JSON Schema pattern. Lone surrogates are left out: no UTF-8 JSON text
+# holds one, and validators working on Unicode scalars (Rust's regex) refuse the range.
+STORABLE_PATTERN = r"^[^\x00]*$"
+# A request's time as text: RFC 3339, or the same without its offset (taken as UTC); the
+# year is filled in by `format`.
+_TIME_SHAPE = (
+    r"^{year}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"(:[0-5][0-9](\.[0-9]+)?)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])?$"
+)
+_RFC3339 = re.compile(_TIME_SHAPE.format(year="[0-9]{4}"))
+# The written years of TIMESTAMP_MIN to TIMESTAMP_MAX, as the schema's hint: an offset can
+# still carry a time of 1970-01-01 or 2199-12-31 out of range, which the door then refuses.
+_YEARS_IN_RANGE = "(19[7-9][0-9]|2[01][0-9][0-9])"
 
 
 def utc_in_range(value: datetime) -> datetime:
@@ -54,6 +77,58 @@ def utc_in_range(value: datetime) -> datetime:
     if not TIMESTAMP_MIN <= at <= TIMESTAMP_MAX:
         raise ValueError(RANGE_MESSAGE)
     return at
+
+
+@dataclass(frozen=True)
+class Declared:
+    """JSON Schema keywords a field's validators enforce, added to the field's schema;
+    `keywords` is called when a schema is made (never on the request path)."""
+
+    keywords: Callable[[], dict[str, Any]]
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema.update(self.keywords())
+        return schema
+
+
+def _class_of(codepoints: list[int]) -> str:
+    """A regex character class body listing these code points, runs as ranges (literal
+    characters, escaped where the class syntax would read them)."""
+    runs: list[list[int]] = []
+    for point in sorted(codepoints):
+        if runs and runs[-1][1] == point - 1:
+            runs[-1][1] = point
+        else:
+            runs.append([point, point])
+
+    def one(point: int) -> str:
+        char = chr(point)
+        return "\\" + char if char in "\\]^-[" else char
+
+    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in runs)
+
+
+@cache
+def _blank_codepoints(*, invisible: bool) -> tuple[int, ...]:
+    """Whitespace (str.isspace), and with `invisible` format characters (category Cf): the
+    characters blank_problem and str.strip see through. All lie below U+E0080."""
+    return tuple(
+        point
+        for point in range(0xE0080)
+        if not 0xD800 <= point <= 0xDFFF
+        and (chr(point).isspace() or (invisible and unicodedata.category(chr(point)) == "Cf"))
+    )
+
+
+def visible_pattern(*, invisible: bool = True) -> str:
+    """Storable text holding a character that is neither blank nor (with `invisible`) an
+    invisible format character: one such character between storable runs."""
+    blank = _class_of(list(_blank_codepoints(invisible=invisible)))
+    storable = "\\x00"
+    return f"^[^{storable}]*[^{storable}{blank}][^{storable}]*$"
 
 
 def text_problem(value: str) -> str | None:
@@ -181,7 +256,17 @@ def _storable_metadata(value: Any) -> Any:
     return value
 
 
-def _integral(value: Any) -> Any:
+def _time_text(value: Any) -> Any:
+    """A request's time is RFC 3339 text (or, from Python, a datetime): lax parsing would
+    read a number, or a string of digits, as seconds since the epoch."""
+    if isinstance(value, str) and _RFC3339.fullmatch(value) is None:
+        raise ValueError("must be an RFC 3339 date-time, e.g. 2024-05-01T12:00:00Z")
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 date-time string, e.g. 2024-05-01T12:00:00Z")
+    return value
+
+
+def integral(value: Any) -> Any:
     """JSON Schema counts 10.0 as an integer; a string, a bool or 10.5 stays refused."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -190,13 +275,49 @@ def _integral(value: Any) -> Any:
 
 # A request's integers take what the OpenAPI schema's "integer" takes, not what lax parsing
 # could coerce ("10", true); booleans and numbers are pydantic's StrictBool and StrictFloat.
-WholeNumber = Annotated[int, BeforeValidator(_integral), Strict()]
+WholeNumber = Annotated[int, BeforeValidator(integral), Strict()]
 Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
-SafeText = Annotated[str, AfterValidator(refusing(text_problem))]
+# A time in a request body: as Timestamp, given as RFC 3339 text.
+RequestTimestamp = Annotated[
+    datetime,
+    BeforeValidator(_time_text),
+    AfterValidator(utc_in_range),
+    Declared(lambda: {"pattern": _TIME_SHAPE.format(year=_YEARS_IN_RANGE)}),
+]
+# A time a request filters by (no range: a window may start before any row).
+RequestTime = Annotated[
+    datetime, BeforeValidator(_time_text), Declared(lambda: {"pattern": _RFC3339.pattern})
+]
+_STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
+SafeText = Annotated[str, AfterValidator(refusing(text_problem)), _STORABLE]
 # A memory's content: storable, and not blank (see the module docstring).
 ContentText = Annotated[
-    str, AfterValidator(refusing(text_problem)), AfterValidator(refusing(blank_problem))
+    str,
+    AfterValidator(refusing(text_problem)),
+    AfterValidator(refusing(blank_problem)),
+    Declared(lambda: {"pattern": visible_pattern()}),
 ]
 # Client metadata (and each procedure step): storable JSON within ENGRAM_MAX_METADATA_BYTES.
-Metadata = Annotated[dict[str, Any], AfterValidator(_storable_metadata)]
-JsonStep = Annotated[str | dict[str, Any], AfterValidator(_storable_metadata)]
+Metadata = Annotated[
+    dict[str, Any],
+    AfterValidator(_storable_metadata),
+    Declared(lambda: {"propertyNames": {"pattern": STORABLE_PATTERN}}),
+]
+
+
+def _step_schema() -> dict[str, Any]:
+    """A tool name, or an object naming its tool (app/services/procedures.py checks both)."""
+    name = {"type": "string", "minLength": 1, "pattern": visible_pattern(invisible=False)}
+    named = {
+        "type": "object",
+        "properties": {"tool": name},
+        "required": ["tool"],
+        "propertyNames": {"pattern": STORABLE_PATTERN},
+        "additionalProperties": True,
+    }
+    return {"anyOf": [name, named]}
+
+
+JsonStep = Annotated[
+    str | dict[str, Any], AfterValidator(_storable_metadata), Declared(_step_schema)
+]

@@ -42,7 +42,9 @@ def post_knowledge(
 def get_knowledge(
     tenant: MeteredTenant,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[
+        str | None, Query(pattern=listing.CURSOR_PATTERN, description="a page's next_cursor")
+    ] = None,
 ) -> dict[str, Any]:
     """The tenant's knowledge, newest first; pass `next_cursor` back for the next page."""
     try:

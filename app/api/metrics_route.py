@@ -112,16 +112,23 @@ def metrics(
     `Authorization: Bearer <ENGRAM_METRICS_TOKEN>` (an operator's token, not an API key)."""
     observed: ApiMetrics = request.app.state.metrics
     token = observed.settings.metrics_token
+    # A request without the header is told it needs one, whether metrics are on or off
+    # (the schema declares it required); a token is checked only when one is configured.
+    if bearer is None:
+        raise _unauthorized()
     if token is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, "metrics are off: set ENGRAM_METRICS_TOKEN to serve them"
         )
-    given = bearer.credentials if bearer is not None else ""
-    if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or wrong metrics token: send 'Authorization: Bearer <ENGRAM_METRICS_TOKEN>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    if not hmac.compare_digest(bearer.credentials.encode(), token.get_secret_value().encode()):
+        raise _unauthorized()
     observed.sync_cache(request.app.state.engram.embedder)
     return Response(observed.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _unauthorized() -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        "missing or wrong metrics token: send 'Authorization: Bearer <ENGRAM_METRICS_TOKEN>'",
+        headers={"WWW-Authenticate": "Bearer"},
+    )

@@ -136,7 +136,9 @@ def list_memories(
     tenant: MeteredTenant,
     user_id: UserId,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    cursor: Annotated[
+        str | None, Query(pattern=listing.CURSOR_PATTERN, description="a page's next_cursor")
+    ] = None,
     include_superseded: bool = False,
     agent_id: AgentId = None,
 ) -> dict[str, Any]:

@@ -26,18 +26,18 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import redis
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StrictBool
 
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingError, Owner
 from app.layers.conceptual.graph import facts_about, render_fact
 from app.layers.working.store import WorkingMemoryStore, WorkingTurn
-from app.limits import WholeNumber, blank_problem
+from app.limits import blank_problem, integral
 from app.scoring.retrieval import memory_prior, recency
 from app.services import procedures
 from app.services.access import record_retrieval
@@ -85,7 +85,11 @@ class ContextRequest(BaseModel):
     user_id: Identifier
     query: StorableText = Field(min_length=1, max_length=8000)
     channel: Channel | None = None
-    token_budget: WholeNumber | None = Field(default=None, ge=50, le=200_000)
+    # The bounds sit before the parsing step, so the schema states them (an Optional of a
+    # validated WholeNumber printed pydantic's own `ge`/`le`, which JSON Schema ignores).
+    token_budget: (
+        Annotated[int, Field(ge=50, le=200_000), BeforeValidator(integral), Strict()] | None
+    ) = None
     agent_id: Identifier | None = Field(
         default=None, description="the asking agent: its private map besides the shared"
     )

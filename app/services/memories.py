@@ -32,8 +32,8 @@ from app.layers.semantic.service import store_gems
 from app.limits import (
     ContentText,
     Metadata,
+    RequestTimestamp,
     SafeText,
-    Timestamp,
     blank_problem,
     readable_json,
 )
@@ -50,7 +50,7 @@ class MemoryIn(BaseModel):
     content: ContentText = Field(min_length=1, max_length=20_000)
     kind: Literal[MEMORY_KINDS] = "fact"  # type: ignore[valid-type]
     importance: StrictFloat = Field(default=0.5, ge=0, le=1)
-    occurred_at: Timestamp | None = Field(
+    occurred_at: RequestTimestamp | None = Field(
         default=None,
         description="when it happened or was learnt (default: now); "
         "1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z",
@@ -97,7 +97,7 @@ class Remembered:
 
 def _gem(item: MemoryIn, now: datetime) -> Gem:
     content = " ".join(item.content.split())
-    at = item.occurred_at or now  # already UTC and in range (Timestamp)
+    at = item.occurred_at or now  # already UTC and in range (RequestTimestamp)
     return Gem(
         kind=item.kind,
         content=content,

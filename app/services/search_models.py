@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat
 
 from app.config import Settings
 from app.layers.semantic.models import MEMORY_KINDS
-from app.limits import WholeNumber
+from app.limits import RequestTime, WholeNumber
 from app.scoring.retrieval import PriorWeights
 from app.streams.events import Channel, Identifier
 from app.text.injection import SUSPECTED_INSTRUCTION
@@ -43,8 +43,8 @@ class SearchRequest(BaseModel):
     channel: Channel | None = None
     tags: list[StorableTag] = Field(default_factory=list, max_length=32)
     kinds: list[Literal[MEMORY_KINDS]] = Field(default_factory=list)  # type: ignore[valid-type]
-    since: datetime | None = None
-    until: datetime | None = None
+    since: RequestTime | None = None
+    until: RequestTime | None = None
     min_importance: StrictFloat | None = Field(default=None, ge=0, le=1)
     include_superseded: StrictBool = False
     include_archived: StrictBool = Field(

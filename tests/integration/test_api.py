@@ -708,6 +708,9 @@ def _b64(value: str) -> str:
         _b64('{"a": 1, "b": 2}'),
         _b64("[1, 2, 3]"),
         base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+        "1_" + "0" * 31,
+        "1" * 17 + "_" + "0" * 32,
+        "1_" + "A" * 32,
     ],
 )
 def test_a_bad_cursor_is_a_422(client: TestClient, alice: Caller, cursor: str) -> None:

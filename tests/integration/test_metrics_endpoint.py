@@ -177,8 +177,12 @@ def test_no_token_configured_means_no_metrics(
 ) -> None:
     with serve(settings) as url:
         response = httpx.get(f"{url}/metrics", headers={"Authorization": "Bearer x"}, timeout=30)
+        bare = httpx.get(f"{url}/metrics", timeout=30)
     assert response.status_code == 404
     assert "ENGRAM_METRICS_TOKEN" in response.json()["detail"]
+    # The header is required whether or not metrics are on: its absence is a 401 first.
+    assert bare.status_code == 401
+    assert bare.headers["www-authenticate"] == "Bearer"
 
 
 def test_a_source_that_does_not_answer_is_reported_not_raised(settings: Settings) -> None:

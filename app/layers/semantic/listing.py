@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import base64
-import json
+import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -13,19 +12,24 @@ from sqlalchemy.orm import Session
 
 from app.layers.semantic.search import MEMORY_FIELDS, SOURCE_TURNS
 
+# A cursor is the last row's time (microseconds since the epoch) and id: text a pattern
+# describes whole, so the OpenAPI document can say which cursors exist.
+CURSOR_PATTERN = r"^[0-9]{1,16}_[0-9a-f]{32}$"
+_CURSOR = re.compile(CURSOR_PATTERN)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def encode_cursor(row: Any) -> str:
-    raw = json.dumps([row.occurred_at.isoformat(), str(row.id)])
-    return base64.urlsafe_b64encode(raw.encode()).decode()
+    micros = (row.occurred_at - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}_{row.id.hex}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     """Raises ValueError for anything that is not a cursor this module made."""
-    try:
-        at, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return datetime.fromisoformat(at), uuid.UUID(memory_id)
-    except (TypeError, ValueError, json.JSONDecodeError) as exc:
-        raise ValueError(f"bad cursor: {exc}") from None
+    if _CURSOR.fullmatch(cursor) is None:
+        raise ValueError("bad cursor: pass back a next_cursor as it was given")
+    micros, memory_id = cursor.split("_")
+    return _EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(hex=memory_id)
 
 
 def page(

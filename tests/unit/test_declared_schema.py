@@ -1,0 +1,122 @@
+"""The OpenAPI document states what the door enforces: the patterns it declares accept
+exactly the text the validators accept, and no constraint is printed in pydantic's own
+words, which JSON Schema ignores."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import jsonschema_rs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from app.api.app import create_app
+from app.layers.semantic import listing
+from app.limits import STORABLE_PATTERN, blank_problem, text_problem, visible_pattern
+from app.services.search_models import SearchRequest
+
+# Text drawn around the characters the rules are about, and from everywhere else. No lone
+# surrogate: UTF-8 JSON cannot carry one, so the patterns leave that part of the rule out.
+_EDGES = "\x00 \t\n\x1c\x85\xa0\u200b\u200e\u2060\ufeff\U000e0020\U0001d173a-]^\\"
+TEXT = st.text(st.sampled_from(_EDGES) | st.characters(exclude_categories=["Cs"]), max_size=12)
+
+
+def _walk(value: Any, path: str = "") -> Any:
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield path, key, child
+            yield from _walk(child, f"{path}/{key}")
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _walk(child, f"{path}[{i}]")
+
+
+@given(TEXT)
+def test_the_storable_pattern_is_the_storable_rule(value: str) -> None:
+    assert (re.search(STORABLE_PATTERN, value) is not None) == (text_problem(value) is None)
+
+
+@given(TEXT)
+def test_the_visible_pattern_is_the_content_rule(value: str) -> None:
+    accepted = text_problem(value) is None and blank_problem(value) is None
+    assert (re.search(visible_pattern(), value) is not None) == accepted
+
+
+@given(TEXT)
+def test_the_tool_name_pattern_is_the_step_rule(value: str) -> None:
+    accepted = text_problem(value) is None and value.strip() != ""
+    assert (re.search(visible_pattern(invisible=False), value) is not None) == accepted
+
+
+def test_no_constraint_is_printed_in_pydantic_words_and_every_pattern_is_portable() -> None:
+    document = create_app().openapi()
+    leaked = [
+        f"{path}/{key}"
+        for path, key, _ in _walk(document)
+        if key in {"ge", "le", "gt", "lt"} and not path.endswith("/properties")
+    ]
+    assert leaked == []
+    patterns = [child for _, key, child in _walk(document) if key == "pattern"]
+    assert patterns
+    for pattern in patterns:
+        # Python's re, and a validator on Unicode scalars (Rust's regex, as the fuzzers use).
+        re.compile(pattern)
+        checker = jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
+        assert checker.is_valid("\x00") is False or "\\x00" not in pattern
+    budget = document["components"]["schemas"]["ContextRequest"]["properties"]["token_budget"]
+    assert {"minimum": 50, "maximum": 200_000}.items() <= budget["anyOf"][0].items()
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1970, 1, 1),
+        max_value=datetime(2200, 1, 1),
+        timezones=st.just(UTC),
+    ),
+    st.uuids(),
+)
+def test_a_cursor_names_its_row_exactly_and_matches_its_pattern(
+    at: datetime, row_id: uuid.UUID
+) -> None:
+    cursor = listing.encode_cursor(SimpleNamespace(occurred_at=at, id=row_id))
+    assert re.fullmatch(listing.CURSOR_PATTERN, cursor)
+    assert listing.decode_cursor(cursor) == (at, row_id)
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["", "1_" + "0" * 31, "1_" + "A" * 32, "1" * 17 + "_" + "0" * 32, "x_" + "0" * 32],
+)
+def test_text_that_is_no_cursor_is_refused(cursor: str) -> None:
+    with pytest.raises(ValueError, match="bad cursor"):
+        listing.decode_cursor(cursor)
+
+
+def test_the_latest_cursor_the_pattern_allows_is_a_time() -> None:
+    at, _ = listing.decode_cursor("9" * 16 + "_" + "f" * 32)
+    assert at == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=10**16 - 1)
+
+
+@pytest.mark.parametrize("value", [0, 1_700_000_000, 1.5, True, "0", "1700000000", "2024-05-01"])
+def test_a_request_time_is_rfc3339_text(value: object) -> None:
+    with pytest.raises(ValidationError, match="RFC 3339"):
+        SearchRequest(user_id="u", query="q", since=value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2024-05-01T12:00:00Z",
+        "2024-05-01T12:00:00.5+14:00",
+        "2024-05-01 12:00",
+        "2024-05-01T12:00:00",
+    ],
+)
+def test_rfc3339_times_and_naive_ones_are_read(value: str) -> None:
+    assert SearchRequest(user_id="u", query="q", until=value).until is not None
