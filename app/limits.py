@@ -17,8 +17,9 @@ store and read back, shared by the event model and the REST request models.
   neither Redis nor Postgres can be sent it). A memory's content also holds something to
   read: whitespace and invisible format characters alone (zero-width spaces, direction
   marks) would be stored as an empty memory that every search and context then carries.
-- **A request's times** are RFC 3339 text: a number is refused rather than read as seconds
-  since the epoch, which the OpenAPI document does not offer.
+- **A request's times** are RFC 3339 text (an offset may be left out: UTC), or a number of
+  seconds since 1970 (milliseconds above 2e10) up to `TIMESTAMP_MAX`; a string of digits,
+  a bool or a number out of that range is refused rather than read as some other time.
 
 The validators are code, which pydantic cannot print into a JSON Schema; `Declared` adds the
 keywords that say the same (a `pattern`), so a client checking requests against the OpenAPI
@@ -85,11 +86,14 @@ class Declared:
     `keywords` is called when a schema is made (never on the request path)."""
 
     keywords: Callable[[], dict[str, Any]]
+    replace: bool = False  # the keywords are the whole schema (pydantic's is dropped)
 
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
         schema = handler(core_schema)
+        if self.replace:
+            return self.keywords()
         schema.update(self.keywords())
         return schema
 
@@ -256,14 +260,35 @@ def _storable_metadata(value: Any) -> Any:
     return value
 
 
+# A time may also be a number of seconds since 1970, or of milliseconds above 2e10 (how
+# pydantic reads numbers): from the epoch to TIMESTAMP_MAX in either unit.
+MS_ABOVE = 2e10
+_MAX_S = TIMESTAMP_MAX.timestamp()
+
+
 def _time_text(value: Any) -> Any:
-    """A request's time is RFC 3339 text (or, from Python, a datetime): lax parsing would
-    read a number, or a string of digits, as seconds since the epoch."""
-    if isinstance(value, str) and _RFC3339.fullmatch(value) is None:
-        raise ValueError("must be an RFC 3339 date-time, e.g. 2024-05-01T12:00:00Z")
-    if not isinstance(value, str | datetime):
+    """A request's time is RFC 3339 text or a number of seconds (milliseconds above
+    MS_ABOVE) since 1970 in range; lax parsing would also read a string of digits, a bool,
+    or a number of any size."""
+    if isinstance(value, str):
+        if _RFC3339.fullmatch(value) is None:
+            raise ValueError("must be an RFC 3339 date-time, e.g. 2024-05-01T12:00:00Z")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not (0 <= value <= _MAX_S or MS_ABOVE < value <= _MAX_S * 1000):
+            raise ValueError(
+                "as a number, must be seconds since 1970 up to 2200-01-01"
+                f" (milliseconds above {MS_ABOVE:.0e})"
+            )
+    elif not isinstance(value, datetime):
         raise ValueError("must be an RFC 3339 date-time string, e.g. 2024-05-01T12:00:00Z")
     return value
+
+
+def _time_schema(pattern: str) -> dict[str, Any]:
+    text = {"type": "string", "format": "date-time", "pattern": pattern}
+    seconds = {"type": "number", "minimum": 0, "maximum": _MAX_S}
+    millis = {"type": "number", "exclusiveMinimum": MS_ABOVE, "maximum": _MAX_S * 1000}
+    return {"anyOf": [text, seconds, millis]}
 
 
 def integral(value: Any) -> Any:
@@ -282,11 +307,13 @@ RequestTimestamp = Annotated[
     datetime,
     BeforeValidator(_time_text),
     AfterValidator(utc_in_range),
-    Declared(lambda: {"pattern": _TIME_SHAPE.format(year=_YEARS_IN_RANGE)}),
+    Declared(lambda: _time_schema(_TIME_SHAPE.format(year=_YEARS_IN_RANGE)), replace=True),
 ]
-# A time a request filters by (no range: a window may start before any row).
+# A time a request filters by (its text of any year: a window may start before any row).
 RequestTime = Annotated[
-    datetime, BeforeValidator(_time_text), Declared(lambda: {"pattern": _RFC3339.pattern})
+    datetime,
+    BeforeValidator(_time_text),
+    Declared(lambda: _time_schema(_RFC3339.pattern), replace=True),
 ]
 _STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
 SafeText = Annotated[str, AfterValidator(refusing(text_problem)), _STORABLE]
