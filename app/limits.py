@@ -285,7 +285,8 @@ def _time_text(value: Any) -> Any:
 
 
 def _time_schema(pattern: str) -> dict[str, Any]:
-    text = {"type": "string", "format": "date-time", "pattern": pattern}
+    # No `format: date-time`: a time without its offset (UTC) or seconds is read too.
+    text = {"type": "string", "pattern": pattern}
     seconds = {"type": "number", "minimum": 0, "maximum": _MAX_S}
     millis = {"type": "number", "exclusiveMinimum": MS_ABOVE, "maximum": _MAX_S * 1000}
     return {"anyOf": [text, seconds, millis]}
