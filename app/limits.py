@@ -22,8 +22,8 @@ store and read back, shared by the event model and the REST request models.
   a bool or a number out of that range is refused rather than read as some other time.
 
 The validators are code, which pydantic cannot print into a JSON Schema; `Declared` adds the
-keywords that say the same (a `pattern`), so a client checking requests against the OpenAPI
-document refuses what the door refuses, and accepts what it accepts.
+keywords that say the same (patterns, numeric ranges), so a client checking requests against
+the OpenAPI document refuses what the door refuses, and accepts what it accepts.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 # The same rule as a JSON Schema pattern. Lone surrogates are left out: no UTF-8 JSON text
 # holds one, and validators working on Unicode scalars (Rust's regex) refuse the range.
 STORABLE_PATTERN = r"^[^\x00]*$"
-# A request's time as text: RFC 3339, or the same without its offset (taken as UTC); the
-# year is filled in by `format`.
+# A request's time as text: RFC 3339, or the same without its offset (taken as UTC) or its
+# seconds; `{year}` is the years the field allows.
 _TIME_SHAPE = (
     r"^{year}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
     r"(:[0-5][0-9](\.[0-9]+)?)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])?$"
@@ -303,7 +303,7 @@ def integral(value: Any) -> Any:
 # could coerce ("10", true); booleans and numbers are pydantic's StrictBool and StrictFloat.
 WholeNumber = Annotated[int, BeforeValidator(integral), Strict()]
 Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
-# A time in a request body: as Timestamp, given as RFC 3339 text.
+# A time in a request body: as Timestamp, given as RFC 3339 text or epoch seconds (_time_text).
 RequestTimestamp = Annotated[
     datetime,
     BeforeValidator(_time_text),
