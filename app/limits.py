@@ -21,9 +21,9 @@ store and read back, shared by the event model and the REST request models.
   seconds since 1970 (milliseconds above 2e10) up to `TIMESTAMP_MAX`; a string of digits,
   a bool or a number out of that range is refused rather than read as some other time.
 
-The validators are code, which pydantic cannot print into a JSON Schema; `Declared` adds the
-keywords that say the same (patterns, numeric ranges), so a client checking requests against
-the OpenAPI document refuses what the door refuses, and accepts what it accepts.
+The validators are code, which pydantic cannot print into a JSON Schema; app/declared.py
+says the same in JSON Schema's words, so a client checking requests against the OpenAPI
+document refuses what the door refuses, and accepts what it accepts.
 """
 
 from __future__ import annotations
@@ -33,16 +33,20 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, GetJsonSchemaHandler, Strict
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic import AfterValidator, BeforeValidator, Strict
 
 from app.config import get_settings
+from app.declared import (
+    STORABLE_PATTERN,
+    Declared,
+    json_object_schema,
+    step_schema,
+    time_schema,
+    visible_pattern,
+)
 
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2200, 1, 1, tzinfo=UTC)
@@ -54,9 +58,6 @@ RANGE_MESSAGE = (
 REPAIRED_MARKER = "_repaired"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
-# The same rule as a JSON Schema pattern. Lone surrogates are left out: no UTF-8 JSON text
-# holds one, and validators working on Unicode scalars (Rust's regex) refuse the range.
-STORABLE_PATTERN = r"^[^\x00]*$"
 # A request's time as text: RFC 3339, or the same without its offset (taken as UTC) or its
 # seconds; `{year}` is the years the field allows.
 _TIME_SHAPE = (
@@ -78,61 +79,6 @@ def utc_in_range(value: datetime) -> datetime:
     if not TIMESTAMP_MIN <= at <= TIMESTAMP_MAX:
         raise ValueError(RANGE_MESSAGE)
     return at
-
-
-@dataclass(frozen=True)
-class Declared:
-    """JSON Schema keywords a field's validators enforce, added to the field's schema;
-    `keywords` is called when a schema is made (never on the request path)."""
-
-    keywords: Callable[[], dict[str, Any]]
-    replace: bool = False  # the keywords are the whole schema (pydantic's is dropped)
-
-    def __get_pydantic_json_schema__(
-        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        schema = handler(core_schema)
-        if self.replace:
-            return self.keywords()
-        schema.update(self.keywords())
-        return schema
-
-
-def _class_of(codepoints: list[int]) -> str:
-    """A regex character class body listing these code points, runs as ranges (literal
-    characters, escaped where the class syntax would read them)."""
-    runs: list[list[int]] = []
-    for point in sorted(codepoints):
-        if runs and runs[-1][1] == point - 1:
-            runs[-1][1] = point
-        else:
-            runs.append([point, point])
-
-    def one(point: int) -> str:
-        char = chr(point)
-        return "\\" + char if char in "\\]^-[" else char
-
-    return "".join(one(a) if a == b else f"{one(a)}-{one(b)}" for a, b in runs)
-
-
-@cache
-def _blank_codepoints(*, invisible: bool) -> tuple[int, ...]:
-    """Whitespace (str.isspace), and with `invisible` format characters (category Cf): the
-    characters blank_problem and str.strip see through. All lie below U+E0080."""
-    return tuple(
-        point
-        for point in range(0xE0080)
-        if not 0xD800 <= point <= 0xDFFF
-        and (chr(point).isspace() or (invisible and unicodedata.category(chr(point)) == "Cf"))
-    )
-
-
-def visible_pattern(*, invisible: bool = True) -> str:
-    """Storable text holding a character that is neither blank nor (with `invisible`) an
-    invisible format character: one such character between storable runs."""
-    blank = _class_of(list(_blank_codepoints(invisible=invisible)))
-    storable = "\\x00"
-    return f"^[^{storable}]*[^{storable}{blank}][^{storable}]*$"
 
 
 def text_problem(value: str) -> str | None:
@@ -284,14 +230,6 @@ def _time_text(value: Any) -> Any:
     return value
 
 
-def _time_schema(pattern: str) -> dict[str, Any]:
-    # No `format: date-time`: a time without its offset (UTC) or seconds is read too.
-    text = {"type": "string", "pattern": pattern}
-    seconds = {"type": "number", "minimum": 0, "maximum": _MAX_S}
-    millis = {"type": "number", "exclusiveMinimum": MS_ABOVE, "maximum": _MAX_S * 1000}
-    return {"anyOf": [text, seconds, millis]}
-
-
 def integral(value: Any) -> Any:
     """JSON Schema counts 10.0 as an integer; a string, a bool or 10.5 stays refused."""
     if isinstance(value, float) and value.is_integer():
@@ -308,13 +246,16 @@ RequestTimestamp = Annotated[
     datetime,
     BeforeValidator(_time_text),
     AfterValidator(utc_in_range),
-    Declared(lambda: _time_schema(_TIME_SHAPE.format(year=_YEARS_IN_RANGE)), replace=True),
+    Declared(
+        lambda: time_schema(_TIME_SHAPE.format(year=_YEARS_IN_RANGE), MS_ABOVE, _MAX_S),
+        replace=True,
+    ),
 ]
 # A time a request filters by (its text of any year: a window may start before any row).
 RequestTime = Annotated[
     datetime,
     BeforeValidator(_time_text),
-    Declared(lambda: _time_schema(_RFC3339.pattern), replace=True),
+    Declared(lambda: time_schema(_RFC3339.pattern, MS_ABOVE, _MAX_S), replace=True),
 ]
 _STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
 SafeText = Annotated[str, AfterValidator(refusing(text_problem)), _STORABLE]
@@ -329,23 +270,8 @@ ContentText = Annotated[
 Metadata = Annotated[
     dict[str, Any],
     AfterValidator(_storable_metadata),
-    Declared(lambda: {"propertyNames": {"pattern": STORABLE_PATTERN}}),
+    json_object_schema(),
 ]
 
 
-def _step_schema() -> dict[str, Any]:
-    """A tool name, or an object naming its tool (app/services/procedures.py checks both)."""
-    name = {"type": "string", "minLength": 1, "pattern": visible_pattern(invisible=False)}
-    named = {
-        "type": "object",
-        "properties": {"tool": name},
-        "required": ["tool"],
-        "propertyNames": {"pattern": STORABLE_PATTERN},
-        "additionalProperties": True,
-    }
-    return {"anyOf": [name, named]}
-
-
-JsonStep = Annotated[
-    str | dict[str, Any], AfterValidator(_storable_metadata), Declared(_step_schema)
-]
+JsonStep = Annotated[str | dict[str, Any], AfterValidator(_storable_metadata), step_schema()]

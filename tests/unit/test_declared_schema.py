@@ -69,8 +69,18 @@ def test_no_constraint_is_printed_in_pydantic_words_and_every_pattern_is_portabl
         re.compile(pattern)
         checker = jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
         assert checker.is_valid("\x00") is False or "\\x00" not in pattern
-    budget = document["components"]["schemas"]["ContextRequest"]["properties"]["token_budget"]
+    schemas = document["components"]["schemas"]
+    budget = schemas["ContextRequest"]["properties"]["token_budget"]
     assert {"minimum": 50, "maximum": 200_000}.items() <= budget["anyOf"][0].items()
+    # Metadata values are storable JSON all the way down, not only its keys.
+    metadata = schemas["MemoryIn"]["properties"]["metadata"]
+    assert metadata["additionalProperties"] == {"$ref": "#/components/schemas/StorableJson"}
+    json_value = jsonschema_rs.validator_for(
+        {**schemas["StorableJson"], "components": {"schemas": schemas}}
+    )
+    assert json_value.is_valid({"a": [1, {"b": "ok"}], "c": None})
+    assert not json_value.is_valid({"a": [1, {"b": "no\x00"}]})
+    assert not json_value.is_valid({"a": {"k\x00": 1}})
 
 
 @given(
