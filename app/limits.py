@@ -64,7 +64,10 @@ _TIME_SHAPE = (
     r"^{year}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
     r"(:[0-5][0-9](\.[0-9]+)?)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])?$"
 )
-_RFC3339 = re.compile(_TIME_SHAPE.format(year="[0-9]{4}"))
+# Years 0001 to 9999: Python's datetime has no year 0.
+_RFC3339 = re.compile(
+    _TIME_SHAPE.format(year="(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})")
+)
 # The written years of TIMESTAMP_MIN to TIMESTAMP_MAX, as the schema's hint: an offset can
 # still carry a time of 1970-01-01 or 2199-12-31 out of range, which the door then refuses.
 _YEARS_IN_RANGE = "(19[7-9][0-9]|2[01][0-9][0-9])"
