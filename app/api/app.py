@@ -58,7 +58,9 @@ class ApiState:
 
 
 class BodyLimit:
-    """Refuse request bodies over the limit with 413, declared or streamed, before parsing."""
+    """Refuse request bodies over the limit with 413, declared or streamed, before parsing;
+    and compressed ones (a Content-Encoding other than identity) with 415 saying so, rather
+    than a 422 about bytes that are no UTF-8 (the limit counts what is parsed)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -69,7 +71,18 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"", b"identity"):
+            name = encoding.decode("latin-1")[:40]
+            message = f"Content-Encoding {name!r} is not accepted: send the body uncompressed"
+            response = JSONResponse(
+                {"detail": {"message": message, "fields": ["content-encoding"]}},
+                status_code=415,
+            )
+            await response(scope, receive, send)
+            return
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._too_large(scope, receive, send)
             return

@@ -82,7 +82,7 @@ class ErrorDetail(_Open):
 
 
 class ErrorBody(BaseModel):
-    """Any other error: 401, 404, 413, 429 and 503 (those two with `Retry-After`)."""
+    """Any other error: 401, 404, 413, 415, 429 and 503 (those two with `Retry-After`)."""
 
     detail: ErrorDetail | str
 
@@ -90,6 +90,7 @@ class ErrorBody(BaseModel):
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "no key, or a key that is unknown or revoked"},
     413: {"model": ErrorBody, "description": "the body is over ENGRAM_API_MAX_BODY_BYTES"},
+    415: {"model": ErrorBody, "description": "a compressed body (Content-Encoding): send it plain"},
     422: {"model": ValidationErrorBody, "description": "invalid request, fields named"},
     429: {"model": ErrorBody, "description": "over the tenant's share; retry after Retry-After"},
     503: {"model": ErrorBody, "description": "a dependency is down; retry after Retry-After"},
