@@ -43,7 +43,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.config import get_settings
-from app.limits import Timestamp, blank_problem, json_problem, text_problem
+from app.limits import RequestTimestamp, blank_problem, json_problem, text_problem
 
 EVENT_NAMESPACE = uuid.UUID("6f1c2d4e-8a9b-4c3d-9e2f-0a1b2c3d4e5f")
 KNOWN_TYPES = (
@@ -114,7 +114,7 @@ class EventBase(BaseModel):
     user_id: Identifier
     event_id: uuid.UUID | None = None
     external_id: str | None = Field(default=None, min_length=1, max_length=256)
-    timestamp: Timestamp = Field(
+    timestamp: RequestTimestamp = Field(
         default_factory=lambda: datetime.now(UTC),
         description="when it happened: 1970-01-01T00:00:00Z to 2200-01-01T00:00:00Z",
     )

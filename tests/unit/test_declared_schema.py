@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from functools import cache
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,11 @@ from app.services.search_models import SearchRequest
 # surrogate: UTF-8 JSON cannot carry one, so the patterns leave that part of the rule out.
 _EDGES = "\x00 \t\n\x1c\x85\xa0\u200b\u200e\u2060\ufeff\U000e0020\U0001d173a-]^\\"
 TEXT = st.text(st.sampled_from(_EDGES) | st.characters(exclude_categories=["Cs"]), max_size=12)
+
+
+@cache
+def _document() -> dict[str, Any]:
+    return create_app().openapi()
 
 
 def _walk(value: Any, path: str = "") -> Any:
@@ -133,3 +139,43 @@ def test_a_request_time_is_rfc3339_text_or_epoch_seconds_in_range(value: object)
 )
 def test_rfc3339_naive_and_epoch_times_are_read(value: object, read: datetime) -> None:
     assert SearchRequest(user_id="u", query="q", until=value).until == read
+
+
+_EVENTS = [
+    {"type": "turn", "user_id": "u", "external_id": "m1", "role": "user", "content": "hi"},
+    {"type": "turn", "user_id": "u", "external_id": "m1", "role": "user", "content": "a\x00b"},
+    {"type": "turn", "user_id": "u", "role": "user", "content": "no external id"},
+    {"type": "turn", "user_id": "u", "external_id": "m1", "role": "robot", "content": "hi"},
+    {"type": "turn", "user_id": "u", "external_id": "m", "role": "user", "content": "x", "z": 1},
+    {"type": "typing_start", "user_id": "u", "timestamp": "2024-05-01T12:00:00Z"},
+    {"type": "typing_start", "user_id": "u", "timestamp": 1_714_564_800},
+    {"type": "typing_start", "user_id": "u", "timestamp": "1714564800"},
+    {"type": "typing_start", "user_id": "u", "timestamp": "1969-05-01T12:00:00Z"},
+    {"type": "presence_change", "user_id": "u", "status": "away"},
+    {"type": "presence_change", "user_id": "u", "status": "asleep"},
+    {"type": "tool_run", "user_id": "u", "tool": "search", "arguments": {"q": ["a", 1]}},
+    {"type": "tool_run", "user_id": "u", "tool": "search", "arguments": {"q": ["a\x00"]}},
+    {"type": "sensor.reading", "user_id": "u", "payload": {"celsius": 21.5}},
+    {"type": "Sensor", "user_id": "u"},
+    {"type": "sensor.reading", "user_id": "u", "payload": {"k\x00": 1}},
+    {"type": "turn", "user_id": "u"},
+    {"user_id": "u"},
+    {"type": "typing_start", "user_id": "bad id"},
+]
+
+
+@pytest.mark.parametrize("event", _EVENTS)
+def test_an_event_item_is_declared_as_the_door_reads_it(event: dict[str, Any]) -> None:
+    """The schema of POST /v1/events' items and the door (parse_event, with the key's
+    tenant filled in) accept and refuse the same events."""
+    from app.streams.events import EventValidationError, parse_event
+
+    schemas = _document()["components"]["schemas"]
+    item = schemas["EventBatch"]["properties"]["events"]["items"]
+    checker = jsonschema_rs.validator_for({**item, "components": {"schemas": schemas}})
+    try:
+        parse_event({**event, "tenant_id": "t"})
+        door = True
+    except EventValidationError:
+        door = False
+    assert checker.is_valid(event) is door
