@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from functools import cache
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
