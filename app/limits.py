@@ -59,9 +59,11 @@ REPAIRED_MARKER = "_repaired"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 # A request's time as text: RFC 3339, or the same without its offset (taken as UTC) or its
-# seconds; `{year}` is the years the field allows.
+# seconds; `{year}` is the years the field allows. Days past a month's end are no time (29
+# February of a common year is left to the parser).
 _TIME_SHAPE = (
-    r"^{year}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"^{year}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
+    r"|(0[13578]|1[02])-31|02-29)[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
     r"(:[0-5][0-9](\.[0-9]+)?)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])?$"
 )
 # Years 0001 to 9999: Python's datetime has no year 0.

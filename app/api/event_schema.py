@@ -3,11 +3,11 @@
 The door parses each item itself (app/streams/events.py: the event's `type` picks its model,
 an unknown type is kept as a raw event), so the body is declared as plain objects and
 pydantic prints nothing of the event models. This is their schema as the API takes them:
-one variant per known type and one for the rest, `tenant_id` optional (the key's tenant),
-every top-level string storable, free-form JSON as `StorableJson`, times as app/limits.py
-reads them. `event_id` is left out: it must be the id Engram derives, which no schema can
-state (a receipt's id may still be echoed). Cross-item rules (one external id, one event)
-and byte caps stay the door's.
+one variant per known type and one for the rest, every top-level string storable, free-form
+JSON as `StorableJson`, times as app/limits.py reads them. `tenant_id` and `event_id` are
+left out: one must be the key's tenant, the other the id Engram derives, which no schema
+can state (both may still be sent, as the item's description says). Cross-item rules (one
+external id, one event) and byte caps stay the door's.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _variant(model: type[BaseModel]) -> dict[str, Any]:
     schema = copy.deepcopy(model.model_json_schema())
     properties: dict[str, Any] = schema["properties"]
     properties.pop("event_id", None)
-    properties["tenant_id"]["description"] = "the API key's tenant; may be left out"
+    properties.pop("tenant_id", None)
     for name, field in properties.items():
         if name in _FREE_FORM:
             properties[name] = {
@@ -80,7 +80,7 @@ def _variant(model: type[BaseModel]) -> dict[str, Any]:
             "not": {"enum": list(KNOWN_TYPES)},
             "description": "a type Engram does not know: kept as a raw event",
         }
-    required = [name for name in schema.get("required", []) if name != "tenant_id"]
+    required = [name for name in schema.get("required", []) if name in properties]
     return {
         "type": "object",
         "title": model.__name__,
@@ -97,4 +97,8 @@ def _variants() -> tuple[dict[str, Any], ...]:
 
 def event_item_schema() -> dict[str, Any]:
     """One of the event variants (each names its `type`); a copy, for the caller to keep."""
-    return {"oneOf": copy.deepcopy(list(_variants()))}
+    return {
+        "oneOf": copy.deepcopy(list(_variants())),
+        "description": "an event; its tenant is the API key's (a `tenant_id` other than the"
+        " key's is refused), and `event_id`, when echoed from a receipt, must be that id",
+    }
