@@ -59,20 +59,27 @@ REPAIRED_MARKER = "_repaired"
 
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
 # A request's time as text: RFC 3339, or the same without its offset (taken as UTC) or its
-# seconds; `{year}` is the years the field allows. Days past a month's end are no time (29
-# February of a common year is left to the parser).
+# seconds, on a day of the calendar: `{year}` is the years the field allows, `{leap}` those
+# of them with a 29 February.
 _TIME_SHAPE = (
-    r"^{year}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
-    r"|(0[13578]|1[02])-31|02-29)[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
+    r"^({year}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)"
+    r"|(0[13578]|1[02])-31)|{leap}-02-29)[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]"
     r"(:[0-5][0-9](\.[0-9]+)?)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])?$"
 )
-# Years 0001 to 9999: Python's datetime has no year 0.
+_LEAP_ENDINGS = "(0[48]|[2468][048]|[13579][26])"
+# Years 0001 to 9999 (Python's datetime has no year 0).
 _RFC3339 = re.compile(
-    _TIME_SHAPE.format(year="(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})")
+    _TIME_SHAPE.format(
+        year="(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})",
+        leap=f"([0-9]{{2}}{_LEAP_ENDINGS}|{_LEAP_ENDINGS}00)",
+    )
 )
 # The written years of TIMESTAMP_MIN to TIMESTAMP_MAX, as the schema's hint: an offset can
 # still carry a time of 1970-01-01 or 2199-12-31 out of range, which the door then refuses.
-_YEARS_IN_RANGE = "(19[7-9][0-9]|2[01][0-9][0-9])"
+_TIME_IN_RANGE = _TIME_SHAPE.format(
+    year="(19[7-9][0-9]|2[01][0-9][0-9])",
+    leap=f"(19(7[26]|8[048]|9[26])|20(00|{_LEAP_ENDINGS})|21{_LEAP_ENDINGS})",
+)
 
 
 def utc_in_range(value: datetime) -> datetime:
@@ -252,7 +259,7 @@ RequestTimestamp = Annotated[
     BeforeValidator(_time_text),
     AfterValidator(utc_in_range),
     Declared(
-        lambda: time_schema(_TIME_SHAPE.format(year=_YEARS_IN_RANGE), MS_ABOVE, _MAX_S),
+        lambda: time_schema(_TIME_IN_RANGE, MS_ABOVE, _MAX_S),
         replace=True,
     ),
 ]

@@ -35,6 +35,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -236,8 +238,9 @@ class ToolRunEvent(EventBase):
     type: Literal["tool_run"] = "tool_run"
     tool: str = Field(min_length=1, max_length=256)
     arguments: dict[str, Any] = Field(default_factory=dict)
-    success: bool | None = None
-    duration_ms: float | None = Field(default=None, ge=0)
+    # Strict: the schema's boolean and number (lax parsing read "yes" as true, false as 0).
+    success: StrictBool | None = None
+    duration_ms: StrictFloat | None = Field(default=None, ge=0)
     output: str | None = None
 
     @field_validator("arguments")

@@ -155,6 +155,9 @@ _EVENTS = [
     {"type": "presence_change", "user_id": "u", "status": "asleep"},
     {"type": "tool_run", "user_id": "u", "tool": "search", "arguments": {"q": ["a", 1]}},
     {"type": "tool_run", "user_id": "u", "tool": "search", "arguments": {"q": ["a\x00"]}},
+    {"type": "tool_run", "user_id": "u", "tool": "t", "success": True, "duration_ms": 12},
+    {"type": "tool_run", "user_id": "u", "tool": "t", "duration_ms": False},
+    {"type": "tool_run", "user_id": "u", "tool": "t", "success": "yes"},
     {"type": "sensor.reading", "user_id": "u", "payload": {"celsius": 21.5}},
     {"type": "Sensor", "user_id": "u"},
     {"type": "sensor.reading", "user_id": "u", "payload": {"k\x00": 1}},
@@ -179,3 +182,22 @@ def test_an_event_item_is_declared_as_the_door_reads_it(event: dict[str, Any]) -
     except EventValidationError:
         door = False
     assert checker.is_valid(event) is door
+
+
+@given(st.dates(), st.times())
+def test_the_time_patterns_hold_the_calendar(day: Any, clock: Any) -> None:
+    """Every real day matches, written as RFC 3339; the in-range pattern holds the years
+    1970 to 2199 only (29 February of 1900, 2100 or 2023 is no day)."""
+    from app.limits import _RFC3339, _TIME_IN_RANGE
+
+    text = f"{day.isoformat()}T{clock.isoformat()}Z"
+    assert _RFC3339.fullmatch(text)
+    assert (re.fullmatch(_TIME_IN_RANGE, text) is not None) == (1970 <= day.year <= 2199)
+
+
+@pytest.mark.parametrize("day", ["2023-02-29", "2100-02-29", "1900-02-29", "2023-04-31"])
+def test_days_past_a_month_end_match_no_time_pattern(day: str) -> None:
+    from app.limits import _RFC3339, _TIME_IN_RANGE
+
+    assert _RFC3339.fullmatch(f"{day}T10:00:00Z") is None
+    assert re.fullmatch(_TIME_IN_RANGE, f"{day}T10:00:00Z") is None
