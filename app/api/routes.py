@@ -23,6 +23,7 @@ from app.api import schemas
 from app.api.auth import Tenant
 from app.api.shares import MeteredTenant, charge_items, within_share
 from app.db.session import unit_of_work
+from app.declared import Declared, visible_pattern
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import (
     find_entity,
@@ -198,7 +199,11 @@ def restore_memory(memory_id: uuid.UUID, tenant: MeteredTenant, request: Request
     responses=schemas.NOT_FOUND,
 )
 def entity_graph(
-    name: str,
+    name: Annotated[
+        str,
+        Path(max_length=256, description="the entity's name, as mentions spell it"),
+        Declared(lambda: {"pattern": visible_pattern(invisible=False)}),
+    ],
     tenant: MeteredTenant,
     user_id: UserId,
     depth: Annotated[int, Query(ge=1, le=4)] = 2,

@@ -37,6 +37,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictFloat,
+    StrictStr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -64,6 +65,7 @@ Channel = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\
 _IDENTIFIER = re.compile(IDENTIFIER)
 _TYPE_PATTERN = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 MAX_IOT_VALUE_CHARS = 4096
+IotText = Annotated[StrictStr, Field(max_length=MAX_IOT_VALUE_CHARS)]
 
 
 def is_identifier(value: object) -> bool:
@@ -226,7 +228,8 @@ class IotTriggerEvent(EventBase):
     type: Literal["iot_trigger"] = "iot_trigger"
     device_id: str = Field(min_length=1, max_length=256)
     trigger: str = Field(min_length=1, max_length=256)
-    value: float | Annotated[str, Field(max_length=MAX_IOT_VALUE_CHARS)] | bool | None = None
+    # Strict members: lax parsing turned a numeric string too long for `str` into a float.
+    value: StrictFloat | IotText | StrictBool | None = None
 
 
 class PresenceChangeEvent(EventBase):
