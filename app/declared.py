@@ -94,12 +94,13 @@ class _JsonSchemaOf:
         return self.build(handler(_storable_json().core_schema))
 
 
-_STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
+# Storable text, as an annotation.
+STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
 _KEYS = Declared(lambda: {"propertyNames": {"pattern": STORABLE_PATTERN}})
 # Plain JSON whose strings and keys are storable; depth and byte caps are the validators'.
 StorableJson = TypeAliasType(
     "StorableJson",
-    Annotated[str, _STORABLE]
+    Annotated[str, STORABLE]
     | float
     | bool
     | list["StorableJson"]

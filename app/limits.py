@@ -40,7 +40,7 @@ from pydantic import AfterValidator, BeforeValidator, Strict
 
 from app.config import get_settings
 from app.declared import (
-    STORABLE_PATTERN,
+    STORABLE,
     Declared,
     json_object_schema,
     step_schema,
@@ -252,8 +252,7 @@ def integral(value: Any) -> Any:
 # A request's integers take what the OpenAPI schema's "integer" takes, not what lax parsing
 # could coerce ("10", true); booleans and numbers are pydantic's StrictBool and StrictFloat.
 WholeNumber = Annotated[int, BeforeValidator(integral), Strict()]
-Timestamp = Annotated[datetime, AfterValidator(utc_in_range)]
-# A time in a request body: as Timestamp, given as RFC 3339 text or epoch seconds (_time_text).
+# A time in a request body or an event: RFC 3339 text or epoch seconds (_time_text), in range.
 RequestTimestamp = Annotated[
     datetime,
     BeforeValidator(_time_text),
@@ -269,8 +268,7 @@ RequestTime = Annotated[
     BeforeValidator(_time_text),
     Declared(lambda: time_schema(_RFC3339.pattern, MS_ABOVE, _MAX_S), replace=True),
 ]
-_STORABLE = Declared(lambda: {"pattern": STORABLE_PATTERN})
-SafeText = Annotated[str, AfterValidator(refusing(text_problem)), _STORABLE]
+SafeText = Annotated[str, AfterValidator(refusing(text_problem)), STORABLE]
 # A memory's content: storable, and not blank (see the module docstring).
 ContentText = Annotated[
     str,

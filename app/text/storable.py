@@ -11,7 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from app.limits import STORABLE_PATTERN, Declared, text_problem
+from app.declared import STORABLE
+from app.limits import text_problem
 
 
 def _storable_text(value: str) -> str:
@@ -21,8 +22,6 @@ def _storable_text(value: str) -> str:
     return value
 
 
-StorableText = Annotated[
-    str, AfterValidator(_storable_text), Declared(lambda: {"pattern": STORABLE_PATTERN})
-]
+StorableText = Annotated[str, AfterValidator(_storable_text), STORABLE]
 # A label on a memory (tags, topics) as requests give it.
 StorableTag = Annotated[StorableText, Field(min_length=1, max_length=64)]

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from app.api.app import create_app
+from app.declared import STORABLE_PATTERN, visible_pattern
 from app.layers.semantic import listing
-from app.limits import STORABLE_PATTERN, blank_problem, text_problem, visible_pattern
+from app.limits import blank_problem, text_problem
 from app.services.search_models import SearchRequest
 
 # Text drawn around the characters the rules are about, and from everywhere else. No lone
@@ -61,7 +62,7 @@ def test_the_tool_name_pattern_is_the_step_rule(value: str) -> None:
 
 
 def test_no_constraint_is_printed_in_pydantic_words_and_every_pattern_is_portable() -> None:
-    document = create_app().openapi()
+    document = _document()
     leaked = [
         f"{path}/{key}"
         for path, key, _ in _walk(document)
