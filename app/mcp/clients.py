@@ -19,6 +19,7 @@ from engram_memory_client import (
     EngramError,
     NotFoundError,
     PayloadTooLargeError,
+    RateLimitedError,
     UnavailableError,
     ValidationError,
 )
@@ -129,5 +130,9 @@ def tool_error(
         return ToolError(f"API key refused by the Engram API: {exc.message}")
     if isinstance(exc, UnavailableError):
         return ToolError(f"Engram API unavailable: {exc.message}")
+    if isinstance(exc, RateLimitedError):
+        wait = exc.retry_after_s
+        when = f"retry in {wait:g} s" if wait is not None else "retry later"
+        return ToolError(f"over this tenant's share of the Engram API, {when}: {exc.message}")
     where = f" ({named})" if named else ""
     return ToolError(f"Engram API answered {exc.status}: {exc.message}{where}")
