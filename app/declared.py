@@ -12,7 +12,7 @@ compile: lone surrogates, which no UTF-8 JSON text holds, are left out.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any
@@ -44,7 +44,7 @@ class Declared:
         return schema
 
 
-def _class_of(codepoints: list[int]) -> str:
+def _class_of(codepoints: Sequence[int]) -> str:
     """A regex character class body listing these code points, runs as ranges (literal
     characters, escaped where the class syntax would read them)."""
     runs: list[list[int]] = []
@@ -79,6 +79,30 @@ def visible_pattern(*, invisible: bool = True) -> str:
     blank = _class_of(list(_blank_codepoints(invisible=invisible)))
     storable = "\\x00"
     return f"^[^{storable}]*[^{storable}{blank}][^{storable}]*$"
+
+
+@cache
+def procedure_query_pattern() -> str:
+    """A procedure's query: storable, with a character its normalised pattern keeps
+    (app/scoring/procedural.normalise_pattern drops whitespace and the punctuation around
+    it; a query of nothing else is refused). Only characters that are punctuation,
+    separators, controls, format characters, spaces or compatibility forms can vanish, so
+    only those are tried."""
+    from app.scoring.procedural import normalise_pattern
+
+    vanishing = [
+        point
+        for point in range(0x110000)
+        if not 0xD800 <= point <= 0xDFFF
+        and (
+            unicodedata.category(chr(point))[0] in "PZ"
+            or unicodedata.category(chr(point)) in ("Cc", "Cf")
+            or chr(point).isspace()
+            or unicodedata.decomposition(chr(point)).startswith("<")
+        )
+        and normalise_pattern(chr(point)) == ""
+    ]
+    return f"^[^\\x00]*[^\\x00{_class_of(vanishing)}][^\\x00]*$"
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,17 @@ def test_days_past_a_month_end_match_no_time_pattern(day: str) -> None:
 
     assert _RFC3339.fullmatch(f"{day}T10:00:00Z") is None
     assert re.fullmatch(_TIME_IN_RANGE, f"{day}T10:00:00Z") is None
+
+
+@given(
+    TEXT
+    | st.text(
+        st.sampled_from("!?.,;:-_()[]{}\"'/\\ \t\u3000\uff01\u2026\u00bf\u00a1a1"), max_size=8
+    )
+)
+def test_the_procedure_query_pattern_is_the_query_rule(value: str) -> None:
+    from app.declared import procedure_query_pattern
+    from app.scoring.procedural import normalise_pattern
+
+    accepted = text_problem(value) is None and normalise_pattern(value) != ""
+    assert (re.search(procedure_query_pattern(), value) is not None) == accepted
