@@ -105,6 +105,10 @@ def procedure_query_pattern() -> str:
     return f"^[^\\x00]*[^\\x00{_class_of(vanishing)}][^\\x00]*$"
 
 
+# A procedure's query, as an annotation (POST /v1/procedures, GET /v1/procedures/suggest).
+PROCEDURE_QUERY = Declared(lambda: {"pattern": procedure_query_pattern()})
+
+
 @dataclass(frozen=True)
 class _JsonSchemaOf:
     """The schema of `build(value)` where value is the StorableJson component's reference,

@@ -23,7 +23,7 @@ from app.api import schemas
 from app.api.auth import Tenant
 from app.api.shares import MeteredTenant, charge_items, within_share
 from app.db.session import unit_of_work
-from app.declared import Declared, procedure_query_pattern, visible_pattern
+from app.declared import PROCEDURE_QUERY, Declared, visible_pattern
 from app.extraction.factory import get_extractor
 from app.layers.conceptual.graph import (
     find_entity,
@@ -241,9 +241,7 @@ class ProcedureIn(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     user_id: Identifier
-    query: Annotated[SafeText, Declared(lambda: {"pattern": procedure_query_pattern()})] = Field(
-        min_length=1, max_length=4000
-    )
+    query: Annotated[SafeText, PROCEDURE_QUERY] = Field(min_length=1, max_length=4000)
     tool_sequence: list[JsonStep] = Field(min_length=1, max_length=100)
     success: StrictFloat = Field(ge=0, le=1)
     duration_ms: StrictFloat = Field(ge=0)
@@ -283,7 +281,7 @@ def suggest_procedure(
     query: Annotated[
         str,
         Query(min_length=1, max_length=4000),
-        Declared(lambda: {"pattern": procedure_query_pattern()}),
+        PROCEDURE_QUERY,
     ],
     min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
 ) -> dict[str, Any]:
