@@ -37,9 +37,9 @@ class Declared:
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        schema = handler(core_schema)
         if self.replace:
             return self.keywords()
+        schema = handler(core_schema)
         schema.update(self.keywords())
         return schema
 

@@ -44,13 +44,12 @@ _MODELS: tuple[type[BaseModel], ...] = (
 _FREE_FORM = ("metadata", "payload", "arguments")
 
 
-def _storable(schema: dict[str, Any]) -> dict[str, Any]:
+def _storable(schema: dict[str, Any]) -> None:
     """The string schemas of one property (itself or its anyOf members) without a pattern
     get the storable one."""
     for member in [schema, *schema.get("anyOf", [])]:
         if member.get("type") == "string" and not {"pattern", "const", "enum"} & member.keys():
             member["pattern"] = STORABLE_PATTERN
-    return schema
 
 
 def _time() -> dict[str, Any]:
