@@ -25,7 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from _capacity import VectorPool, percentile
-from _measure import Meter, PgProbe, bench_module, hnsw_bytes, relation_bytes, use_database
+from _measure import Meter, PgProbe, hnsw_bytes, relation_bytes, use_database
+from _search_corpus import TOPICS, TextGen, user_sizes, user_topics
+from _search_load import load as load_corpus
+from _search_workload import Workload, run_searches
 from sqlalchemy import text
 
 from app.cli.supervisor import fresh_database
@@ -81,10 +84,9 @@ class QueryEmbedder:
 
 def build_pool(model: Embedder, per_topic: int, seed: int, noise: float) -> VectorPool:
     """`per_topic` distinct template sentences per topic, embedded by the real model."""
-    search_bench = bench_module("search")
-    gen = search_bench.TextGen(seed)
+    gen = TextGen(seed)
     texts: list[str] = []
-    for topic in range(len(search_bench.TOPICS)):
+    for topic in range(len(TOPICS)):
         mine: set[str] = set()
         while len(mine) < per_topic:
             mine.add(gen.memory(topic)[1])
@@ -97,7 +99,7 @@ def build_pool(model: Embedder, per_topic: int, seed: int, noise: float) -> Vect
         f"{took:.1f}s, recombined with noise {noise}",
         flush=True,
     )
-    return VectorPool(vectors.reshape(len(search_bench.TOPICS), per_topic, -1), noise=noise)
+    return VectorPool(vectors.reshape(len(TOPICS), per_topic, -1), noise=noise)
 
 
 @dataclass
@@ -128,12 +130,11 @@ def run_size(
 ) -> SearchRun:
     """Load (or reuse) `size` memories and time search() over them. `pool` holds the vector
     pool once built, so a run builds it at most once."""
-    search_bench = bench_module("search")
     users = args.search_users or max(1, size // args.memories_per_user)
     database = f"engram_bench_scale_search_{size_label(size)}"
     settings = use_database(database, f"bench-scale-{os.getpid()}-search")
-    sizes = search_bench.user_sizes(size, users, args.skew)
-    topics_by_user = search_bench.user_topics(sizes, np.random.default_rng(args.seed))
+    sizes = user_sizes(size, users, args.skew)
+    topics_by_user = user_topics(sizes, np.random.default_rng(args.seed))
     label = (
         f"bench/scale.py v{LABEL_VERSION} memories={size} users={users} skew={args.skew} "
         f"seed={args.seed} pool={args.pool_per_topic} noise={args.noise}"
@@ -154,7 +155,7 @@ def run_size(
         fresh_database(settings)
         if not pool:
             pool.append(build_pool(model, args.pool_per_topic, args.seed, args.noise))
-        loaded = search_bench.load(
+        loaded = load_corpus(
             settings, sizes, topics_by_user, pool[0], args.seed, args.maintenance_work_mem
         )
         probe.set_comment(database, label)
@@ -182,8 +183,8 @@ def run_size(
         flush=True,
     )
     embedder = QueryEmbedder(model)
-    workload = search_bench.Workload(sizes, topics_by_user, embedder, args.seed + 20)
-    search_bench.run_searches(workload.mixed(args.warmup), settings, embedder)
+    workload = Workload(sizes, topics_by_user, embedder, args.seed + 20)
+    run_searches(workload.mixed(args.warmup), settings, embedder)
     queries = workload.mixed(args.queries)
     embed_cpu = embedder.cpu_s / max(1, len(embedder.wall_ms))
     meter = Meter(
@@ -194,7 +195,7 @@ def run_size(
         },
     )
     meter.start()
-    latencies, empty, _ = search_bench.run_searches(queries, settings, embedder)
+    latencies, empty, _ = run_searches(queries, settings, embedder)
     reading = meter.stop()
     half = len(queries) // 2
     with owner_engine(settings).connect() as conn:
