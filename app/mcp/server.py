@@ -22,7 +22,7 @@ import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import ContentBlock
+from mcp.types import CallToolResult, ContentBlock
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,11 +48,26 @@ class EngramMCP(FastMCP):
     """FastMCP whose argument errors read like the API's: each field named, one line.
 
     An argument the tool does not take is refused rather than dropped: FastMCP would ignore a
-    misspelt `agentid` and store a memory meant to be one agent's private one as shared."""
+    misspelt `agentid` and store a memory meant to be one agent's private one as shared.
+
+    A tool's structured answer goes out as a finished CallToolResult. Handed back as
+    (content, structured) instead, the SDK's low-level server checks it against the tool's
+    output schema with a one-shot `jsonschema.validate`, which checks the schema itself against
+    the 2020-12 metaschema on every call: 85 % of the server's CPU for a search (bench/mcp.py).
+    The answer is already the tool's output model, validated and dumped by pydantic from the
+    model whose JSON schema the tool lists; clients check it against that schema themselves
+    (the SDK's client does, in tests/integration/test_mcp.py)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any]
-    ) -> Sequence[ContentBlock] | dict[str, Any]:
+    ) -> Sequence[ContentBlock] | dict[str, Any] | CallToolResult:
+        answer = await self._checked_call(name, arguments)
+        if isinstance(answer, tuple):
+            content, structured = answer
+            return CallToolResult(content=list(content), structuredContent=structured)
+        return answer
+
+    async def _checked_call(self, name: str, arguments: dict[str, Any]) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
             known = list(tool.parameters.get("properties", {}))
