@@ -1,15 +1,15 @@
 """bench/scale.py's search phase: search() latency and cost at several table sizes.
 
-One database per size (`engram_bench_scale_search_<size>`), loaded by bench/search.py's
-loader (COPY with the secondary indexes dropped, then the model's own index definitions
-rebuilt, HNSW included, with the given maintenance_work_mem) and labelled with a comment
-naming what it holds, so `--reuse` keeps a database whose label matches instead of
-building 1,000,000 memories again.
+One database per size (`engram_bench_scale_search_<size>`), loaded by the search
+benchmark's loader (bench/_search_load.py: COPY with the secondary indexes dropped, then the
+model's own index definitions rebuilt, HNSW included, with the given maintenance_work_mem)
+and labelled with a comment naming what it holds, so `--reuse` keeps a database whose label
+matches instead of building 1,000,000 memories again.
 
 Vectors: a pool of real embeddings (the shipped model, over `--pool-per-topic` template
-sentences for each of bench/search.py's 200 topics, computed once per run) recombined into
+sentences for each of bench/_search_corpus.py's 200 topics, computed once per run) recombined into
 one distinct unit vector per memory (bench/_capacity.py's VectorPool). Queries are
-bench/search.py's paraphrases, embedded by the real model before timing, so the latencies are
+the search benchmark's paraphrases, embedded by the real model before timing, so the latencies are
 retrieval alone; the model's cost per query is measured beside them. Each database is read
 into the page cache before its searches (PgProbe.prewarm): latencies of the search path at that
 size, not of this machine's disk.
@@ -52,7 +52,8 @@ def size_label(size: int) -> str:
 
 class QueryEmbedder:
     """The Embedder protocol over query vectors the real model computed before timing
-    (`register`, called by bench/search.py's Workload); the model's CPU per query is kept."""
+    (`register`, called by bench/_search_workload.py's Workload); the model's CPU per query
+    is kept."""
 
     def __init__(self, model: Embedder) -> None:
         self.model = model
