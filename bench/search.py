@@ -42,6 +42,7 @@ Last line: `search p50_ms=<N> p95_ms=<N> p99_ms=<N> context_p95_ms=<N> ann_recal
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("ENGRAM_DATABASE_NAME", "engram_bench_search")
+os.environ["ENGRAM_REDIS_PREFIX"] = f"benchs-{os.getpid()}"
 
 import numpy as np
 from _search_corpus import (
