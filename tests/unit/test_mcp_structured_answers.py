@@ -5,6 +5,7 @@ schema here rather than by the low-level server on every call."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 import jsonschema
@@ -43,7 +44,7 @@ def _server() -> EngramMCP:
     return server
 
 
-def _request(name: str, arguments: dict) -> CallToolRequest:
+def _request(name: str, arguments: dict[str, Any]) -> CallToolRequest:
     return CallToolRequest(
         method="tools/call", params=CallToolRequestParams(name=name, arguments=arguments)
     )
