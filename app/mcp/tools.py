@@ -32,7 +32,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.fastmcp import Context as McpContext
 from mcp.server.fastmcp import FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from app.mcp.clients import ClientPool, tool_error
@@ -209,10 +209,12 @@ class EngramTools:
         ] = None,
         agent_id: AgentId = None,
         include_knowledge: Knowledge = False,
-    ) -> Context:
+    ) -> Annotated[CallToolResult, Context]:
         """The context block for the next answer: recent turns, the most relevant memories,
-        related facts and a trusted procedure, packed into the token budget."""
-        return await self._call(
+        related facts and a trusted procedure, packed into the token budget. The text content
+        is the block itself, ready to place in the model's context; the structured content
+        is the whole answer (tokens, parts, warnings)."""
+        block = await self._call(
             ctx,
             lambda c: c.context(
                 user_id,
@@ -222,6 +224,12 @@ class EngramTools:
                 agent_id=agent_id,
                 include_knowledge=include_knowledge,
             ),
+        )
+        # Not the answer's JSON as text (FastMCP's default): hosts hand the text content to
+        # the model, and a 994-token block with its parts, as indented JSON, is 12,859 tokens.
+        return CallToolResult(
+            content=[TextContent(type="text", text=block.text)],
+            structuredContent=block.model_dump(mode="json"),
         )
 
     async def get_memory(

@@ -243,11 +243,16 @@ def test_stdio_every_tool_end_to_end(api: Api) -> None:
             found = await call(session, "search", user_id=user, query="seat", unit="memories")
             assert found["hits"][0]["id"] == memory_id
 
-            block = await call(
-                session, "assemble_context", user_id=user, query="book a flight", token_budget=500
+            answer = await session.call_tool(
+                "assemble_context", {"user_id": user, "query": "book a flight", "token_budget": 500}
             )
+            assert not answer.isError, error_text(answer)
+            block = answer.structuredContent
+            assert block is not None
             assert "window seats" in block["text"]
             assert block["tokens"] <= 500
+            # What a host hands the model is the block itself, not the answer as JSON.
+            assert [c.text for c in answer.content if isinstance(c, TextContent)] == [block["text"]]
 
             await call(
                 session,
