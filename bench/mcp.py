@@ -11,6 +11,9 @@ REST is `AsyncEngramClient` (one client, pooled connections); MCP is the MCP SDK
 `ClientSession` over `streamable_http_client`, one session reused for every call. Times are
 wall-clock at the caller, after 10 warm-up calls of each kind; the MCP figure therefore holds
 the REST call it makes plus the MCP hop (JSON-RPC, the tool's validation, the structured answer).
+Also printed: `engram mcp`'s own CPU per search and per context call (psutil, around each
+call), and the context answer's size in tokens: the block, the text content a host hands its
+model, and the structured answer as indented JSON (FastMCP's default text content).
 
     python bench/mcp.py --calls 200
 
@@ -21,6 +24,7 @@ rest_context_p95_ms=<N> search_ratio=<N>` (ratio: MCP p95 over REST p95).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -41,6 +45,8 @@ os.environ["ENGRAM_REDIS_PREFIX"] = f"benchmcp-{os.getpid()}"
 
 import anyio  # noqa: E402
 import httpx  # noqa: E402
+import psutil  # noqa: E402
+from mcp.types import TextContent  # noqa: E402
 
 TENANT = "bench-mcp"
 USER = "bench-user"
@@ -106,17 +112,41 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def measure(url: str, endpoint: str, key: str, queries: list[str]) -> dict[str, Any]:
+def cpu_ms(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return (times.user + times.system) * 1000
+
+
+async def measure(
+    url: str, endpoint: str, key: str, queries: list[str], server_pid: int
+) -> dict[str, Any]:
     from engram_memory_client import AsyncEngramClient
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
+    from app.text.tokens import count_tokens
+
     times: dict[str, list[float]] = {k: [] for k in ("rest_s", "mcp_s", "rest_c", "mcp_c")}
+    server = psutil.Process(server_pid)
+    cpu: dict[str, list[float]] = {"search": [], "assemble_context": []}
+    sizes: list[tuple[int, int, int]] = []  # context: block, text content, answer as JSON
 
     async def mcp_call(session: ClientSession, tool: str, **arguments: Any) -> None:
+        before = cpu_ms(server)
         result = await session.call_tool(tool, arguments)
+        cpu[tool].append(cpu_ms(server) - before)
         if result.isError:
             raise RuntimeError(f"{tool}: {result.content}")
+        if tool == "assemble_context" and result.structuredContent is not None:
+            text_ = "".join(c.text for c in result.content if isinstance(c, TextContent))
+            as_json = json.dumps(result.structuredContent, indent=2)
+            sizes.append(
+                (
+                    int(result.structuredContent["tokens"]),
+                    count_tokens(text_),
+                    count_tokens(as_json),
+                )
+            )
 
     async with (
         AsyncEngramClient(url, key, timeout=60) as rest,
@@ -139,7 +169,12 @@ async def measure(url: str, endpoint: str, key: str, queries: list[str]) -> dict
                 took = await timed(fn)
                 if i >= WARMUP:
                     times[kind].append(took)
-    return {"tools": tools, **times}
+    return {
+        "tools": tools,
+        **times,
+        "server_cpu": {k: v[WARMUP:] for k, v in cpu.items()},
+        "context_sizes": sizes[WARMUP:],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for start in range(0, len(texts), 100):
                 client.remember(USER, texts[start : start + 100])
         queries = sentences(rng, QUESTIONS, args.calls + WARMUP)
-        result = anyio.run(measure, url, endpoint, key, queries)
+        result = anyio.run(measure, url, endpoint, key, queries, process.pid)
     finally:
         process.terminate()
         process.wait(timeout=15)
@@ -190,6 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p95 ratio {p95[f'mcp_{kind}'] / p95[f'rest_{kind}']:.2f} "
             f"({len(rest)} calls each, {args.memories} memories)"
         )
+    cpu = {k: sum(v) / max(1, len(v)) for k, v in result["server_cpu"].items()}
+    sizes = result["context_sizes"]
+    block, text_, as_json = (sum(s[i] for s in sizes) / max(1, len(sizes)) for i in range(3))
+    print(
+        f"engram mcp CPU per call: search {cpu['search']:.1f} ms, context "
+        f"{cpu['assemble_context']:.1f} ms; context answer (1,000-token budget), mean tokens: "
+        f"block {block:.0f}, text content {text_:.0f}, the answer as indented JSON {as_json:.0f}"
+    )
     print(
         f"mcp tools={result['tools']} search_p95_ms={p95['mcp_s']:.1f} "
         f"rest_search_p95_ms={p95['rest_s']:.1f} context_p95_ms={p95['mcp_c']:.1f} "

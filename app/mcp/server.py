@@ -53,7 +53,8 @@ class EngramMCP(FastMCP):
     A tool's structured answer goes out as a finished CallToolResult. Handed back as
     (content, structured) instead, the SDK's low-level server checks it against the tool's
     output schema with a one-shot `jsonschema.validate`, which checks the schema itself against
-    the 2020-12 metaschema on every call: 85 % of the server's CPU for a search (bench/mcp.py).
+    the 2020-12 metaschema on every call (bench/mcp.py: the server's CPU per search call 63.8
+    ms with that check, 12.4 without).
     The answer is already the tool's output model, validated and dumped by pydantic from the
     model whose JSON schema the tool lists; clients check it against that schema themselves
     (the SDK's client does, in tests/integration/test_mcp.py)."""

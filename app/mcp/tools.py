@@ -226,7 +226,8 @@ class EngramTools:
             ),
         )
         # Not the answer's JSON as text (FastMCP's default): hosts hand the text content to
-        # the model, and a 994-token block with its parts, as indented JSON, is 12,859 tokens.
+        # the model, and a 996-token block with its parts, as indented JSON, is 13,091 tokens
+        # (bench/mcp.py).
         return CallToolResult(
             content=[TextContent(type="text", text=block.text)],
             structuredContent=block.model_dump(mode="json"),
