@@ -196,6 +196,11 @@ class Settings(BaseSettings):
     embedding_threads: int = Field(
         default=1, ge=1, le=64, description="onnxruntime intra-op threads of the local model"
     )
+    embedding_local_model: Literal["all-MiniLM-L6-v2-q8", "all-MiniLM-L6-v2-int8"] = Field(
+        default="all-MiniLM-L6-v2-q8",
+        description="file of the local model: q8 runs int8 arithmetic; int8 is the slower file"
+        " whose vectors databases made before q8 hold (app/embedding/local.py)",
+    )
 
     # Recall (hybrid search, context assembly, prefetch, API).
     # The unit of evidence is the source turn: turns are ranked by their own words and vector

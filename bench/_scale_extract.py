@@ -131,7 +131,8 @@ def model_rate(bench: Bench, conn: Any, tenant: str, turns: int, memories: int) 
             {"t": tenant, "a": from_turns, "b": want - from_turns},
         ).scalars()
     )
-    model = LocalEmbedder(threads=get_settings().embedding_threads)
+    settings = get_settings()
+    model = LocalEmbedder(model=settings.embedding_local_model, threads=settings.embedding_threads)
     model.embed(texts[:64])  # load, and warm the batch shapes
     cpu, wall = time.process_time(), time.perf_counter()
     model.embed(texts)

@@ -146,7 +146,7 @@ def run_size(
         f"largest {sizes[0]:,}, median {int(np.median(sizes))}, smallest {sizes[-1]}",
         flush=True,
     )
-    model = local_embedder(settings.embedding_threads)
+    model = local_embedder(settings.embedding_threads, settings.embedding_local_model)
     reused = bool(args.reuse and probe.comment(database) == label)
     load_s = index_s = float("nan")
     if reused:

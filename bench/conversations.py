@@ -12,10 +12,11 @@ any@10, all@10, MRR, recall@10 per category; then `POST /v1/context` (2,000 toke
 the same question, and an evidence turn counts as in the context when its first 60 characters
 (whitespace and case normalised) appear in the block. In the same run, over the same turn
 texts and questions: BM25 (k1 1.2, b 0.75, Postgres' English stemming and stop words), cosine
-over the local embedder's vectors, and their reciprocal-rank fusion (k 60), each ranking only
-the turns of the question's own conversation; and `dense-passages`, cosine over the keys
-Engram's dense leg stores for a turn (its sentences led by the speaker), a turn scoring its
-best — what those keys are worth against the whole-turn vector.
+over all-MiniLM-L6-v2's vectors (always the fp32-arithmetic int8 file, whichever file Engram
+runs, so the baseline does not move with it), and their reciprocal-rank fusion (k 60), each
+ranking only the turns of the question's own conversation; and `dense-passages`, cosine over
+the keys Engram's dense leg stores for a turn (its sentences led by the speaker, embedded by
+Engram's model), a turn scoring its best — what those keys are worth against the whole turn.
 
 Data: REALTALK (arXiv 2502.13270), ten 21-day messaging conversations with memory-probing
 questions whose evidence names turns. Used for evaluation only and not part of Engram: it is read
@@ -222,7 +223,8 @@ def baselines(
 ) -> dict[str, Metrics]:
     import numpy as np
 
-    from app.embedding.factory import get_embedder
+    from app.embedding.factory import get_embedder, local_embedder
+    from app.embedding.local import INT8
 
     asked = list(dict.fromkeys(q.text for q in questions))
     turns = [(c.user_id, t) for c in conversations for t in c.turns]
@@ -232,8 +234,10 @@ def baselines(
         docs[user][turn.dia_id] = terms
     bm25 = bm25_rank_fn(docs, dict(zip(asked, lexemes[len(turns) :], strict=True)), FUSE_DEPTH)
 
-    embedder = get_embedder(settings)  # the local model, no cache: every text is new here
-    vectors = np.asarray(embedder.embed([t.content for _, t in turns] + asked), dtype=np.float32)
+    # The MiniLM baseline is the same model whatever file Engram runs: the int8-storage file
+    # (fp32 arithmetic, cosine 0.9995 to the original). No cache: every text is new here.
+    reference = local_embedder(1, INT8.name)
+    vectors = np.asarray(reference.embed([t.content for _, t in turns] + asked), dtype=np.float32)
     by_user: dict[str, tuple[list[str], Any]] = {}
     offset = 0
     for c in conversations:
@@ -241,12 +245,20 @@ def baselines(
         offset += len(c.turns)
     queries = dict(zip(asked, vectors[offset:], strict=True))
     dense = dense_rank_fn(by_user, queries, FUSE_DEPTH)
-    passages = passage_rank_fn(embedder, conversations, queries)
+    embedder = get_embedder(settings)  # Engram's own keys are embedded by Engram's model
+    query_vectors = np.asarray(embedder.embed(asked), dtype=np.float32)
+    passages = passage_rank_fn(
+        embedder, conversations, dict(zip(asked, query_vectors, strict=True))
+    )
 
     def top(fn: RankFn) -> RankFn:
         return lambda user, question: fn(user, question)[:DEPTH]
 
-    print(f"baselines: BM25 on Postgres english lexemes, cosine on {embedder.name}", flush=True)
+    print(
+        f"baselines: BM25 on Postgres english lexemes, cosine on {reference.name}; "
+        f"dense-passages on {embedder.name}",
+        flush=True,
+    )
     return {
         "bm25": evaluate(questions, top(bm25)),
         "dense": evaluate(questions, top(dense)),

@@ -1,11 +1,16 @@
-"""Local embedding benchmark: load time, batched throughput, single-sentence latency.
+"""Local embedding benchmark: load time, throughput, single-sentence latency, both model files.
 
-Runs the real int8 all-MiniLM-L6-v2 (app/embedding/local.py) on ~2,000 chat-like sentences of
+Runs the real all-MiniLM-L6-v2 (app/embedding/local.py) on ~2,000 chat-like sentences of
 5-60 words, built from templates with a fixed seed so every run embeds the same text. No Redis,
 no Postgres, no cache: this is the model alone, on the configured number of onnxruntime threads.
+Both files in one run, so they compare as a ratio: the default q8 (int8 arithmetic, one text
+per call) and the int8-storage file it is made from (fp32 arithmetic, batches of 16 by token
+count), each also at the other batch sizes; and how far apart their vectors are.
 
-Last line: `embed sentences_per_s=<N> single_ms=<N> load_s=<N>` (throughput at the default
-batch, 16; median latency of one sentence; cold load including the sha256 checks).
+Last line: `embed sentences_per_s=<N> single_ms=<N> load_s=<N> int8_sentences_per_s=<N>
+int8_single_ms=<N> speedup=<N> cosine_to_int8=<N>` (throughput at each file's own batch size;
+median latency of one sentence; cold load including the sha256 checks; q8 / int8 throughput;
+mean cosine between the two files' vectors of the same sentences).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.embedding.local import DEFAULT_BATCH_SIZE, LocalEmbedder
+import numpy as np
+
+from app.embedding.local import INT8, Q8, LocalEmbedder
 
 PEOPLE = ["I", "My wife", "Bob from finance", "The new intern", "Our landlord", "My doctor"]
 VERBS = [
@@ -76,6 +83,29 @@ def throughput(embedder: LocalEmbedder, texts: list[str], batch: int) -> float:
     return len(texts) / (time.perf_counter() - started)
 
 
+def measure(embedder: LocalEmbedder, texts: list[str], singles: int) -> dict[str, float]:
+    """Cold load, throughput at 1/16/32/64 (then its own batch size again), one-text latency."""
+    own = embedder.batch_size
+    started = time.perf_counter()
+    embedder.load()
+    load_s = time.perf_counter() - started
+    rates = {b: throughput(embedder, texts, b) for b in sorted({1, 16, 32, 64, own})}
+    embedder.batch_size = own
+    times = []
+    for text in texts[:singles]:
+        started = time.perf_counter()
+        embedder.embed([text])
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    print(
+        f"{embedder.name} (own batch {own}): load {load_s:.2f}s (sha256 of both files + session); "
+        + ", ".join(f"batch {b}: {r:.0f}/s" for b, r in rates.items())
+        + f"; one sentence: median {statistics.median(times):.1f} ms, "
+        f"p95 {times[int(len(times) * 0.95) - 1]:.1f} ms"
+    )
+    return {"rate": rates[own], "single_ms": statistics.median(times), "load_s": load_s}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=2000)
@@ -90,31 +120,21 @@ def main() -> None:
         f"(max {max(words)}); threads={args.threads}; {os.cpu_count()} CPUs; "
         f"load average {os.getloadavg()[0]:.2f}"
     )
-
-    embedder = LocalEmbedder(threads=args.threads)
-    started = time.perf_counter()
-    embedder.load()
-    load_s = time.perf_counter() - started
-    print(f"load (sha256 of both files + session): {load_s:.2f}s")
-
-    rates = {b: throughput(embedder, texts, b) for b in sorted({DEFAULT_BATCH_SIZE, 32, 64})}
-    for batch, rate in rates.items():
-        print(f"batch {batch}: {rate:.0f} sentences/s")
-
-    embedder.batch_size = DEFAULT_BATCH_SIZE
-    singles = []
-    for text in texts[: args.single]:
-        started = time.perf_counter()
-        embedder.embed([text])
-        singles.append((time.perf_counter() - started) * 1000)
-    singles.sort()
-    single_ms = statistics.median(singles)
-    p95 = singles[int(len(singles) * 0.95) - 1]
-    print(f"single sentence: median {single_ms:.1f} ms, p95 {p95:.1f} ms")
-
+    q8 = LocalEmbedder(model=Q8.name, threads=args.threads)
+    int8 = LocalEmbedder(model=INT8.name, threads=args.threads)
+    fast = measure(q8, texts, args.single)
+    slow = measure(int8, texts, args.single)
+    sample = texts[:500]
+    cosine = (np.array(q8.embed(sample)) * np.array(int8.embed(sample))).sum(axis=1)
     print(
-        f"embed sentences_per_s={rates[DEFAULT_BATCH_SIZE]:.0f} single_ms={single_ms:.1f} "
-        f"load_s={load_s:.2f}"
+        f"cosine q8 to int8 over {len(sample)} sentences: mean {cosine.mean():.4f}, "
+        f"min {cosine.min():.4f}"
+    )
+    print(
+        f"embed sentences_per_s={fast['rate']:.0f} single_ms={fast['single_ms']:.1f} "
+        f"load_s={fast['load_s']:.2f} int8_sentences_per_s={slow['rate']:.0f} "
+        f"int8_single_ms={slow['single_ms']:.1f} speedup={fast['rate'] / slow['rate']:.2f} "
+        f"cosine_to_int8={cosine.mean():.4f}"
     )
 
 

@@ -330,7 +330,7 @@ def _run(args: argparse.Namespace, total: int, settings: Settings, client: Any) 
         )
 
     # 5. the real model's cost for one query
-    model = local_embedder(settings.embedding_threads)
+    model = local_embedder(settings.embedding_threads, settings.embedding_local_model)
     texts: list[str] = []
     seen: set[str] = set()
     while len(texts) < args.embed_queries + 5:

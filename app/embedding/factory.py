@@ -9,26 +9,26 @@ import redis
 from app.config import MAX_EMBEDDING_DIM, Settings
 from app.embedding.base import Embedder, EmbeddingDimensionError
 from app.embedding.cache import CachedEmbedder
-from app.embedding.local import LocalEmbedder
+from app.embedding.local import DEFAULT_MODEL, LocalEmbedder
 from app.embedding.openai import OpenAICompatibleEmbedder
 
 _local_lock = threading.Lock()
-_local_models: dict[int, LocalEmbedder] = {}
+_local_models: dict[tuple[str, int], LocalEmbedder] = {}
 
 
-def local_embedder(threads: int = 1) -> LocalEmbedder:
-    """One local model per process (per thread count): its 23 MB session is loaded once."""
+def local_embedder(threads: int = 1, model: str = DEFAULT_MODEL) -> LocalEmbedder:
+    """One local model per process (per file and thread count): its session is loaded once."""
     with _local_lock:
-        if threads not in _local_models:
-            _local_models[threads] = LocalEmbedder(threads=threads)
-        return _local_models[threads]
+        if (model, threads) not in _local_models:
+            _local_models[model, threads] = LocalEmbedder(model=model, threads=threads)
+        return _local_models[model, threads]
 
 
 def get_embedder(settings: Settings, client: redis.Redis | None = None) -> Embedder:
     """The configured backend, behind the Redis cache when a client is given."""
     inner: Embedder
     if settings.embedding_backend == "local":
-        inner = local_embedder(settings.embedding_threads)
+        inner = local_embedder(settings.embedding_threads, settings.embedding_local_model)
     else:
         key = settings.embedding_api_key
         inner = OpenAICompatibleEmbedder(

