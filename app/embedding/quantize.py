@@ -37,9 +37,15 @@ def quantize(source: Path, out: Path) -> str:
         options.optimized_model_filepath = str(folded)
         options.log_severity_level = 3
         onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-        # The quantiser logs advice to run its shape pre-processing; this graph needs none.
-        logging.getLogger().setLevel(logging.ERROR)
-        quantize_dynamic(folded, out, per_channel=True, weight_type=QuantType.QInt8)
+        # The quantiser logs advice to run its shape pre-processing (this graph needs none)
+        # on the root logger: quiet it for the call only.
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)
+        try:
+            quantize_dynamic(folded, out, per_channel=True, weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
     return sha256_of(out)
 
 
