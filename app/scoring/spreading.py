@@ -14,6 +14,8 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
+# Memory ids, ordered among themselves for ties (a uuid orders as its text does, without
+# formatting one per sort key).
 M = TypeVar("M", bound=Hashable)
 
 
@@ -33,7 +35,7 @@ def first_hop(legs: Iterable[tuple[Mapping[M, float], float]], *, k: int) -> dic
     first hop found each memory, on the fusion's own scale."""
     found: dict[M, float] = {}
     for scores, weight in legs:
-        order = sorted(scores, key=lambda m: (-scores[m], str(m)))
+        order = sorted(scores, key=lambda m: (-scores[m], m))  # type: ignore[operator]
         for rank, memory in enumerate(order, start=1):
             found[memory] = found.get(memory, 0.0) + weight / (k + rank)
     return found
@@ -65,5 +67,5 @@ def spread(
         memory: M = link.memory_id  # type: ignore[assignment]
         if value > received.get(memory, 0.0):
             received[memory] = value
-    ranked = sorted(received.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    ranked = sorted(received.items(), key=lambda kv: (-kv[1], kv[0]))  # type: ignore[operator]
     return dict(ranked[:limit])
