@@ -1,4 +1,5 @@
-"""Lists of uuids travel to Postgres as the text of an array (app/db/rows.py `_bound`);
+"""Lists of uuids travel to Postgres as the text of an array of their hex digits (app/db/rows.py
+`_bound`; Postgres reads a uuid without its hyphens, tests/integration/test_driver_reads.py);
 every other parameter as the caller gave it."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from app.db.rows import _bound
 def test_a_list_of_uuids_becomes_an_array_literal() -> None:
     ids = [uuid.UUID(int=1), uuid.UUID(int=2)]
     assert _bound({"ids": ids, "pair": tuple(ids)}) == {
-        "ids": "{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}",
-        "pair": "{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002}",
+        "ids": "{00000000000000000000000000000001,00000000000000000000000000000002}",
+        "pair": "{00000000000000000000000000000001,00000000000000000000000000000002}",
     }
 
 
