@@ -31,7 +31,7 @@ class SearchSettings(BaseSettings):
     )
     search_rrf_k: int = Field(default=60, ge=1, le=1000)
     search_rrf_score_power: float = Field(
-        default=0.5, ge=0, le=4, description="turns unit: votes scaled by (score / leg best)^p"
+        default=1.0, ge=0, le=4, description="turns unit: votes scaled by (score / leg best)^p"
     )
     search_weight_dense: float = Field(default=1.0, ge=0, le=4, description="memory vectors")
     search_weight_lexical: float = Field(default=1.0, ge=0, le=4, description="memory words")

@@ -7,8 +7,11 @@ weight / (k + rank) over the legs a turn appears in, so no leg's score scale can
 another's, and a first-ranked match of one leg keeps weight / (k + 1) whatever the others say.
 Each vote is scaled by (score / the leg's best score) ** `power`: pure ranks let a leg whose
 matches are all weak (one common name in every row) count as much as one with a strong match,
-while the ratio to the leg's own best stays scale-free. 0.5 measured best on the development
-conversations and held on their held-out part (bench/conversations.py).
+while the ratio to the leg's own best stays scale-free. The power is 1.0, chosen on the two
+development sets: from 0.5 to 1.0 REALTALK's conversations 1-7 held (recall@10 0.686 -> 0.685,
+MRR 0.596 -> 0.601) and MADial rose (recall@10 0.755 -> 0.772, NDCG@10 0.645 -> 0.651); past
+1.3 both fell; the held-out conversations 8-10 confirmed it (recall@10 0.636 -> 0.640,
+recall@20 0.693 -> 0.710; bench/conversations.py, bench/quality.py).
 
 A memory lends its rank to the turns it was extracted from (its best `turns_per_memory`,
 those the turn legs liked most first), so a turn's gems act as extra keys for it. Within one
@@ -60,7 +63,7 @@ def fuse_turns(
     *,
     k: int,
     turns_per_memory: int,
-    power: float = 0.5,
+    power: float = 1.0,
 ) -> Fused[T, M]:
     """Σ weight / (k + rank) * (score / best) ** power per turn over every leg; see the
     module docstring."""
