@@ -8,7 +8,8 @@ does a question find the exact turns that answer it? Each conversation is ingest
 caption appended to the text. A real Celery worker ingests and extracts; once every user is
 caught up (`index_s`), each question is searched (`limit=30`) and the distinct source turns of
 the hits, in hit order, are scored against the question's evidence turns: recall@5/10/20,
-any@10, all@10, MRR, recall@10 per category; then `POST /v1/context` (2,000 tokens) is asked
+any@10, all@10, MRR, recall@10 per category (each search timed here, through the API, and
+by the service's own `took_ms`); then `POST /v1/context` (2,000 tokens) is asked
 the same question, and an evidence turn counts as in the context when its first 60 characters
 (whitespace and case normalised) appear in the block. In the same run, over the same turn
 texts and questions: BM25 (k1 1.2, b 0.75, Postgres' English stemming and stop words), cosine
@@ -85,11 +86,17 @@ SEARCH_LIMIT = 30
 CONTEXT_BUDGET = 2000
 
 
-def engram_rank_fn(client: Any, limit: int = SEARCH_LIMIT) -> RankFn:
-    """Search through the SDK; the hits' source turns in hit order (a hit's in given order)."""
+def engram_rank_fn(
+    client: Any, limit: int = SEARCH_LIMIT, took: dict[tuple[str, str], float] | None = None
+) -> RankFn:
+    """Search through the SDK; the hits' source turns in hit order (a hit's in given order).
+    `took` gathers each search's own time as the API reports it (`took_ms`: the search
+    service, without HTTP, authentication and the answer's JSON), by (user, question)."""
 
     def rank(user_id: str, question: str) -> list[str]:
         found = client.search(user_id, question, limit=limit)
+        if took is not None:
+            took[(user_id, question)] = found.took_ms
         return list(dict.fromkeys(t for hit in found.hits for t in hit.source_turn_ids))
 
     return rank
@@ -232,9 +239,18 @@ def print_split(
     runs: dict[str, Metrics],
     figures: dict[str, float],
     context: Metrics,
+    took: dict[tuple[str, str], float],
 ) -> None:
     chosen = [c for c in conversations if c.number in numbers]
     engram = runs["engram"].only(numbers)
+    # The same questions timed by the service itself: what the API and this process add is
+    # the difference (both run here, in one process).
+    served = Metrics(
+        [
+            Result(r.question, [], {}, took[(r.question.user_id, r.question.text)])
+            for r in engram.results
+        ]
+    )
     per_cat = Counter(r.question.category for r in engram.results)
     print(
         f"\n== {title}: conversations {','.join(str(c.number) for c in chosen)}, "
@@ -249,7 +265,8 @@ def print_split(
         print(f"{name:34s}" + "".join(f"{summary[c]:>10.3f}" for c in columns))
     print(
         f"engram search p50 {engram.latency(0.5):.1f} ms, p95 {figures['search_p95_ms']:.1f} ms, "
-        f"p99 {engram.latency(0.99):.1f} ms; "
+        f"p99 {engram.latency(0.99):.1f} ms (the service's own took_ms p50 "
+        f"{served.latency(0.5):.1f}, p95 {served.latency(0.95):.1f}); "
         f"context recall {figures['context_recall']:.3f}, shown or cited "
         f"{context.only(numbers).mean('context_cited'):.3f} (p95 "
         f"{context.only(numbers).latency(0.95):.1f} ms); "
@@ -347,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.should_exit = True
         server, url = serve(asking)
         with EngramClient(url, key, timeout=120) as client:
-            runs = {"engram": evaluate(questions, engram_rank_fn(client))}
+            took: dict[tuple[str, str], float] = {}
+            runs = {"engram": evaluate(questions, engram_rank_fn(client, took=took))}
             context = context_metrics(client, questions, contents)
             memories = {c.user_id: count_memories(client, c.user_id) for c in conversations}
         server.should_exit = True
@@ -374,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for title, numbers in splits:
         if numbers:
             figures[title] = split_figures(numbers, conversations, runs, context, memories, index_s)
-            print_split(title, numbers, conversations, runs, figures[title], context)
+            print_split(title, numbers, conversations, runs, figures[title], context, took)
     print(f"total {time.perf_counter() - started:.0f} s")
     if "dev" in figures:
         print(line("conversations-dev", figures["dev"]))
