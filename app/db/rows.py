@@ -9,6 +9,14 @@ transaction's snapshot are the same. Statements keep SQLAlchemy's `:name` placeh
 they read as every other statement of the project. Each is prepared on its connection at
 once (psycopg keeps the last hundred): a search's transaction asks for generic plans
 (app/db/session.py, GENERIC_PLANS), which only a prepared statement keeps.
+
+A search's transaction also reads uuid columns as their text (TEXT_IDS): it keys dicts and
+sets by a few thousand ids (its legs, the fusion, the boosts), and a str hashes and compares
+in C and keeps its hash, where uuid.UUID's `__hash__` and `__eq__` are Python calls, ~10,000
+per search: about 5 % of a search's time (bench/conversations.py's questions asked in one
+process, text and uuid ids interleaved; every hit the same). Every read of that transaction
+goes through here, so its ids are all of one type; the hits it returns are uuids again
+(app/services/search_models.py).
 """
 
 from __future__ import annotations
@@ -20,11 +28,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from psycopg.rows import namedtuple_row
+from psycopg.types.string import TextLoader
 from sqlalchemy.orm import Session
+
+# session.info key: this transaction's reads return uuid columns (and arrays of them) as text.
+TEXT_IDS = "text_ids"
 
 # SQLAlchemy's own rule for a bound name: not after a colon, a word character or a backslash
 # ('x'::regconfig is a cast), and not followed by a colon.
 _BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+# A list of uuids in their text form, joined by commas (ids read with TEXT_IDS).
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID_LIST = re.compile(f"{_UUID}(?:,{_UUID})*")
 
 
 @functools.lru_cache(maxsize=512)
@@ -38,19 +53,23 @@ def _bound(params: Mapping[str, Any] | None) -> Mapping[str, Any]:
     dumps a list element by element, each through a regular expression that decides its
     quoting, and a search sends a few hundred ids (the statements CAST them to uuid[]). Each
     is written as its 32 hex digits, which Postgres reads as the same uuid: formatting the
-    hyphens was most of the cost."""
+    hyphens was most of the cost. A list of uuids' text (TEXT_IDS reads) is joined as it
+    is: such text needs no quoting in an array."""
     if not params:
         return {}
-    return {
-        name: (
-            "{" + ",".join(item.hex for item in value) + "}"
-            if isinstance(value, list | tuple)
-            and value
-            and all(type(item) is uuid.UUID for item in value)
-            else value
-        )
-        for name, value in params.items()
-    }
+    return {name: _array_text(value) for name, value in params.items()}
+
+
+def _array_text(value: Any) -> Any:
+    if not isinstance(value, list | tuple) or not value:
+        return value
+    if all(type(item) is uuid.UUID for item in value):
+        return "{" + ",".join(item.hex for item in value) + "}"
+    if all(type(item) is str for item in value):
+        joined = ",".join(value)
+        if _UUID_LIST.fullmatch(joined):
+            return "{" + joined + "}"
+    return value
 
 
 def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> list[Any]:
@@ -58,6 +77,8 @@ def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = N
     transaction. A list of uuids arrives as text (`_bound`): the statement CASTs it to
     uuid[] (`id = ANY(...)` would infer it; `unnest(...)` would not)."""
     with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
+        if session.info.get(TEXT_IDS):
+            cursor.adapters.register_loader("uuid", TextLoader)
         cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         return cursor.fetchall() if cursor.description is not None else []
 

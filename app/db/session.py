@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.config import Settings, get_settings
 from app.db.base import AGENT_SETTING, ALL_AGENTS_SETTING, TENANT_SETTING
 from app.db.bootstrap import database_urls
+from app.db.rows import TEXT_IDS
 
 _engines: dict[str, Engine] = {}
 
@@ -68,15 +69,19 @@ def unit_of_work(
     agent_id: str | None = None,
     all_agents: bool = False,
     generic_plans: bool = False,
+    text_ids: bool = False,
 ) -> Iterator[Session]:
     """One transaction: commits on success, rolls back on error; repositories never commit.
 
     `agent_id` lets a request see that agent's private map besides the shared rows;
     `all_agents` is for background work (extraction, dream, decay, forgetting), which must
-    see every agent's rows. `generic_plans` is for a search's reads (see GENERIC_PLANS)."""
+    see every agent's rows. `generic_plans` and `text_ids` are for a search's reads (see
+    GENERIC_PLANS; app/db/rows.py TEXT_IDS: its ids come back as text)."""
     bind = engine or app_engine(get_settings())
     with Session(bind=bind, expire_on_commit=False) as session, session.begin():
         _scope(session, tenant_id, agent_id, all_agents=all_agents, generic_plans=generic_plans)
+        if text_ids:
+            session.info[TEXT_IDS] = True
         yield session
 
 

@@ -63,7 +63,9 @@ def search(
             names = names_in(session, tenant_id, request.user_id, request.query)
         text, spelled, also = _wordings(names, asked_for, unit, settings)
         vector = QueryVector.now(embedder, text, owner, also=also)
-    with unit_of_work(tenant_id, agent_id=request.agent_id, generic_plans=True) as session:
+    with unit_of_work(
+        tenant_id, agent_id=request.agent_id, generic_plans=True, text_ids=True
+    ) as session:
         if local:
             names = names_in(session, tenant_id, request.user_id, request.query)
             text, spelled, also = _wordings(names, asked_for, unit, settings)

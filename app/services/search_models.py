@@ -143,13 +143,18 @@ def turn_suspected(row: Any) -> bool:
     return suspected(row.content, stored=SUSPECTED_INSTRUCTION in (row.flags or []))
 
 
+def as_uuid(value: Any) -> Any:
+    """An id a search read as text (app/db/rows.py TEXT_IDS) as the uuid a hit holds."""
+    return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
 def memory_hit(
     row: Any, score: float, parts: dict[str, float], sources: list[tuple[uuid.UUID, str]]
 ) -> SearchHit:
     """A memory row (semantic.search.memories_by_id) as a hit; `sources` are its source
     turns as (event id, external id), in the order to show them."""
     return SearchHit(
-        id=row.id,
+        id=as_uuid(row.id),
         layer="memory",
         kind=row.kind,
         content=row.content,
@@ -157,13 +162,13 @@ def memory_hit(
         parts=parts,
         source_turn_ids=[external for _, external in sources],
         event_ids=[str(turn_id) for turn_id, _ in sources],
-        session_id=row.session_id,
+        session_id=as_uuid(row.session_id),
         occurred_at=row.occurred_at,
         channel=row.channel,
         importance=row.importance,
         valid_from=row.valid_from,
         valid_to=row.valid_to,
-        superseded_by=row.superseded_by,
+        superseded_by=as_uuid(row.superseded_by),
         tags=list(row.tags or []),
         topics=list(row.topics or []),
         suspected_instruction=memory_suspected(row),
@@ -176,7 +181,7 @@ def turn_hit(
     """A turn row (episodic.search.turns_by_id) as a hit, with the memory rows attached."""
     memories = memories or []
     return SearchHit(
-        id=row.id,
+        id=as_uuid(row.id),
         layer="turn",
         kind="turn",
         content=row.content,
@@ -184,7 +189,7 @@ def turn_hit(
         parts=parts,
         source_turn_ids=[row.external_id],
         event_ids=[str(row.id)],
-        session_id=row.session_id,
+        session_id=as_uuid(row.session_id),
         occurred_at=row.occurred_at,
         channel=row.channel,
         role=row.role,
@@ -193,7 +198,7 @@ def turn_hit(
         tags=sorted({tag for m in memories for tag in (m.tags or [])}),
         memories=[
             AttachedMemory(
-                id=m.id,
+                id=as_uuid(m.id),
                 kind=m.kind,
                 content=m.content,
                 importance=m.importance,

@@ -76,3 +76,31 @@ def test_lists_of_ids_arrive_as_the_ids_they_are(tenant: str) -> None:
         assert fetch_value(
             session, "SELECT :id = ANY(CAST(:ids AS uuid[]))", {"id": ids[7], "ids": ids}
         )
+
+
+def test_a_search_transaction_reads_ids_as_their_text(tenant: str) -> None:
+    """With `text_ids` (a search's transaction) uuid columns and arrays of them come back as
+    their text, and a list of those goes back to Postgres as the same uuids; the next
+    transaction on the pooled connection reads uuids again."""
+    ids = [uuid.uuid4() for _ in range(300)]
+    with unit_of_work(tenant, text_ids=True) as session:
+        got = fetch(
+            session,
+            "SELECT x, ARRAY[x, x] AS pair"
+            " FROM unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS u(x, n) ORDER BY n",
+            {"ids": ids},
+        )
+        assert [r.x for r in got] == [str(i) for i in ids]
+        assert got[0].pair == [str(ids[0])] * 2
+        again = fetch(
+            session,
+            "SELECT x FROM unnest(CAST(:ids AS uuid[])) WITH ORDINALITY AS u(x, n) ORDER BY n",
+            {"ids": [r.x for r in got]},
+        )
+        assert [r.x for r in again] == [r.x for r in got]
+        # Text that is not a list of uuids is sent as psycopg sends any list of text.
+        assert fetch(session, "SELECT CAST(:names AS text[]) AS v", {"names": ["a,b", "}"]})[
+            0
+        ].v == ["a,b", "}"]
+    with unit_of_work(tenant) as session:
+        assert fetch(session, "SELECT CAST(:id AS uuid) AS x", {"id": str(ids[0])})[0].x == ids[0]

@@ -167,19 +167,18 @@ def covering_memories(
     if not turn_ids:
         return {}
     where, params = memory_filter.clause("m.")
-    rows = session.execute(
-        text(
-            "SELECT m.id, t.turn_id FROM semantic.memories AS m"  # noqa: S608
-            " CROSS JOIN LATERAL unnest(m.source_turn_ids) AS t(turn_id)"
-            f" WHERE {where}"
-            " AND m.source_turn_ids && CAST(:turns AS uuid[])"
-            " AND t.turn_id = ANY(CAST(:turns AS uuid[]))"
-        ),
+    rows = fetch(
+        session,
+        "SELECT m.id, t.turn_id FROM semantic.memories AS m"  # noqa: S608
+        " CROSS JOIN LATERAL unnest(m.source_turn_ids) AS t(turn_id)"
+        f" WHERE {where}"
+        " AND m.source_turn_ids && CAST(:turns AS uuid[])"
+        " AND t.turn_id = ANY(CAST(:turns AS uuid[]))",
         {**params, "turns": list(turn_ids)},
-    ).all()
+    )
     covered: dict[uuid.UUID, list[uuid.UUID]] = {}
-    for memory_id, turn_id in rows:
-        covered.setdefault(turn_id, []).append(memory_id)
+    for row in rows:
+        covered.setdefault(row.turn_id, []).append(row.id)
     return covered
 
 
