@@ -76,9 +76,7 @@ def fetch(session: Session, statement: str, params: Mapping[str, Any] | None = N
     """The rows of a read statement as named tuples (`row.column`), in the session's
     transaction. A list of uuids arrives as text (`_bound`): the statement CASTs it to
     uuid[] (`id = ANY(...)` would infer it; `unnest(...)` would not)."""
-    with _driver(session).cursor(row_factory=namedtuple_row) as cursor:
-        if session.info.get(TEXT_IDS):
-            cursor.adapters.register_loader("uuid", TextLoader)
+    with _cursor(session, row_factory=namedtuple_row) as cursor:
         cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         return cursor.fetchall() if cursor.description is not None else []
 
@@ -91,10 +89,19 @@ def run(session: Session, statement: str, params: Mapping[str, Any] | None = Non
 
 def fetch_value(session: Session, statement: str, params: Mapping[str, Any] | None = None) -> Any:
     """The first column of the first row, None without one."""
-    with _driver(session).cursor() as cursor:
+    with _cursor(session) as cursor:
         cursor.execute(_pyformat(statement), _bound(params), prepare=True)
         row = cursor.fetchone() if cursor.description is not None else None
     return row[0] if row else None
+
+
+def _cursor(session: Session, **options: Any) -> Any:
+    """A cursor on the session's driver connection that reads as the transaction asked
+    (TEXT_IDS: uuids as their text)."""
+    cursor = _driver(session).cursor(**options)
+    if session.info.get(TEXT_IDS):
+        cursor.adapters.register_loader("uuid", TextLoader)
+    return cursor
 
 
 def _driver(session: Session) -> Any:

@@ -98,6 +98,7 @@ def test_a_search_transaction_reads_ids_as_their_text(tenant: str) -> None:
             {"ids": [r.x for r in got]},
         )
         assert [r.x for r in again] == [r.x for r in got]
+        assert fetch_value(session, "SELECT CAST(:id AS uuid)", {"id": ids[1]}) == str(ids[1])
         # Text that is not a list of uuids is sent as psycopg sends any list of text.
         assert fetch(session, "SELECT CAST(:names AS text[]) AS v", {"names": ["a,b", "}"]})[
             0
