@@ -18,14 +18,16 @@ Redis alone (capture) answer normally.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.outage import database_down
@@ -52,6 +54,15 @@ class _Entry:
     confirmed_at: float  # when Postgres last said this key is live (tenant is not None)
 
 
+class Unanswered(enum.Enum):
+    """No fresh answer is held for a key: Postgres (or the fallback) must be asked."""
+
+    UNANSWERED = "unanswered"
+
+
+UNANSWERED = Unanswered.UNANSWERED
+
+
 class KeyCache:
     """Per-process cache of key digest → tenant, with a last-known-good fallback."""
 
@@ -64,6 +75,15 @@ class KeyCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
+
+    def fresh(self, key: str) -> str | Unanswered | None:
+        """The key's tenant (None: unknown or revoked) while a fresh answer is held, else
+        UNANSWERED: no I/O, so the event loop may ask it before `get` is needed."""
+        with self._lock:
+            entry = self._entries.get(key_digest(key))
+        if entry is not None and entry.fresh_until > self._clock():
+            return entry.tenant
+        return UNANSWERED
 
     def get(self, key: str, *, stale_s: float, revoked: Callable[[str], bool]) -> str | None:
         """The key's tenant, or None if it is unknown or revoked. Raises the database error if
@@ -119,29 +139,36 @@ def _unauthorized(message: str) -> HTTPException:
     )
 
 
-def tenant_id(
+async def tenant_id(
     request: Request,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     header: Annotated[str | None, Depends(_header)],
 ) -> str:
+    """Async, so a key answered within CACHE_TTL_S costs no hop to a worker thread (~1 ms
+    of a search through the API on a busy machine); only a lookup, which may wait on
+    Postgres or Redis, runs in the thread pool."""
     key = bearer.credentials if bearer is not None else header
     if not key:
         raise _unauthorized(
             "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
         )
-    state = request.app.state.engram
-
-    def revoked(tenant: str) -> bool:
-        return revocation_announced(state.redis, state.settings, tenant, key)
-
-    try:
-        tenant = _cache.get(key, stale_s=state.settings.api_key_stale_s, revoked=revoked)
-    except KeyRevokedError:
-        tenant = None
+    tenant = _cache.fresh(key)
+    if tenant is UNANSWERED:
+        tenant = await run_in_threadpool(_look_up, request.app.state.engram, key)
     if tenant is None:
         raise _unauthorized("invalid or revoked API key")
     request.state.tenant_id = tenant
     return tenant
+
+
+def _look_up(state: Any, key: str) -> str | None:
+    def revoked(tenant: str) -> bool:
+        return revocation_announced(state.redis, state.settings, tenant, key)
+
+    try:
+        return _cache.get(key, stale_s=state.settings.api_key_stale_s, revoked=revoked)
+    except KeyRevokedError:
+        return None
 
 
 Tenant = Annotated[str, Depends(tenant_id)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from app.api.auth import CACHE_TTL_S, MAX_ENTRIES, KeyCache, KeyRevokedError
+from app.api.auth import CACHE_TTL_S, MAX_ENTRIES, UNANSWERED, KeyCache, KeyRevokedError
 
 KEY = "egk_0a1b2c3d_secret"
 STALE_S = 900.0
@@ -158,3 +158,16 @@ def test_a_flood_of_unknown_keys_does_not_push_out_the_known_ones(
     world.database_up = False
     world.now += CACHE_TTL_S + 1
     assert get(cache, world) == "t1"
+
+
+def test_fresh_answers_only_from_what_is_held_and_never_asks(cache: KeyCache, world: World) -> None:
+    assert cache.fresh(KEY) is UNANSWERED
+    assert world.lookups == 0
+    assert get(cache, world) == "t1"
+    assert get(cache, world, "egk_ffffffff_unknown") is None
+    lookups = world.lookups
+    assert cache.fresh(KEY) == "t1"
+    assert cache.fresh("egk_ffffffff_unknown") is None  # a held "no" is an answer too
+    world.now += CACHE_TTL_S
+    assert cache.fresh(KEY) is UNANSWERED  # stale: the event loop must not answer it
+    assert world.lookups == lookups
