@@ -58,11 +58,7 @@ from app.streams.events import Channel, Identifier
 from app.text.question_frame import without_frame
 from app.text.speaker_names import without_speakers
 from app.text.storable import StorableText
-from app.text.tokens import (
-    count_many,
-    count_tokens,
-    fit_to_tokens,
-)
+from app.text.tokens import count_many, count_tokens, counts_add_up, fit_to_tokens
 from app.text.untrusted import suspected
 
 CONVERSATION_SHARE = 0.4
@@ -358,9 +354,14 @@ def assemble_context(
             parts["facts"].append({**fact, "suspected_instruction": flagged})
             seen_facts.add(fact["line"])
 
-    # Counted piece by piece; a tokenizer that merges across a separator could still come out
-    # a token over, and the budget is a promise, so the total is checked as well.
-    text, tokens = fit_to_tokens(packer.text(), budget)
+    # Counted piece by piece, and pieces are joined at whitespace: with a tokenizer whose
+    # counts add up over whitespace (the shipped one) that sum is the block's count. One that
+    # merges across a separator could come out a token over, and the budget is a promise,
+    # so then the total is counted again (~1.6 ms for a 2,000-token block).
+    if counts_add_up():
+        text, tokens = packer.text(), packer.used
+    else:
+        text, tokens = fit_to_tokens(packer.text(), budget)
     record_retrieval(
         client,
         settings,

@@ -230,6 +230,13 @@ def count_many(texts: Sequence[str]) -> list[int]:
     return counts
 
 
+def counts_add_up() -> bool:
+    """Whether the configured tokenizer counts a text as the sum of its whitespace-separated
+    pieces (the shipped WordPiece, any BERT-style tokenizer): then a text joined at whitespace
+    from pieces counted one by one holds exactly their sum, and needs no second count."""
+    return _word_counter(_configured_name()) is not None
+
+
 def fit_to_tokens(text: str, budget: int) -> tuple[str, int]:
     """truncate_to_tokens and the result's token count, counting `text` once when it fits."""
     count = count_tokens(text)

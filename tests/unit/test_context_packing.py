@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.services.context_block import Packer, day_of
-from app.text.tokens import count_tokens
+from app.text.tokens import count_tokens, counts_add_up
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -76,3 +76,36 @@ def test_the_block_never_runs_over_its_budget(budget: int, lines: list[tuple[int
     text = packer.text()
     assert count_tokens(text) <= packer.used <= budget
     assert sorted(kept) == sorted(t for t in text.splitlines() if t.startswith("- "))
+
+
+SECTIONS = ["turns", "summary", "memories", "facts", "procedure"]
+ODD_PIECES = st.sampled_from(
+    ["[MASK]", "[unk]", "\U0001f642", "caf\u00e9", "\u65e5\u672c\u8a9e", "\u2019", "\u00a0",
+     "\u200b", "\x00", "\t", "\u2028", "x" * 90, "e-mail", "9:30"]
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(SECTIONS),
+            st.one_of(st.none(), st.integers(min_value=0, max_value=60 * 24 * 10)),
+            st.lists(ODD_PIECES | st.text(max_size=12), min_size=1, max_size=8),
+        ),
+        max_size=30,
+    )
+)
+def test_the_packed_count_is_the_blocks_count_with_the_shipped_tokenizer(
+    lines: list[tuple[str, int | None, list[str]]],
+) -> None:
+    """The context block takes the packer's sum as its count, without counting the block
+    again, when the tokenizer's counts add up over whitespace (app/services/context.py): the
+    sum must be exact for any text, whatever the sections, days and order."""
+    assert counts_add_up()
+    packer = Packer(100_000)
+    for section, minutes, pieces in lines:
+        line = " ".join(pieces)
+        day = None if minutes is None else day_of(T0 + timedelta(minutes=minutes))
+        assert packer.add(section, line, day=day)
+    assert packer.used == count_tokens(packer.text())
