@@ -228,19 +228,6 @@ def assemble_context(
             }
             for h in result.hits
         ]
-    suggestion = None
-    try:
-        if (entry is None or entry.procedures) and procedures.has_pattern(request.query):
-            suggestion = procedures.suggest(
-                tenant_id=tenant_id,
-                user_id=request.user_id,
-                query=request.query,
-                embedder=embedder,
-                settings=settings,
-            )
-    except EmbeddingError as exc:
-        warnings.append(f"no procedural suggestion: {exc}")
-
     packer = Packer(budget)
     parts: dict[str, Any] = {
         "turns": [],
@@ -313,6 +300,29 @@ def assemble_context(
     for item in chosen:
         for memory_id in [item["id"]] if item["layer"] == "memory" else item.get("memories", []):
             recalled.setdefault(memory_id, item["score"])
+    # The graph facts about the chosen memories, and whether a procedure could be suggested,
+    # in one transaction (each unit of work costs ~1 ms of the answer).
+    procedures_held = entry is not None and entry.procedures
+    if entry is None:
+        with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
+            edges = facts_about(session=session, user_id=request.user_id, memory_ids=list(recalled))
+            procedures_held = procedures.worth_asking(session, request.user_id, settings)
+        facts = [
+            {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}
+            for e in edges
+        ]
+    suggestion = None
+    try:
+        if procedures_held and procedures.has_pattern(request.query):
+            suggestion = procedures.suggest(
+                tenant_id=tenant_id,
+                user_id=request.user_id,
+                query=request.query,
+                embedder=embedder,
+                settings=settings,
+            )
+    except EmbeddingError as exc:
+        warnings.append(f"no procedural suggestion: {exc}")
     # 3. Procedure.
     if suggestion is not None:
         steps = " → ".join(
@@ -333,14 +343,6 @@ def assemble_context(
     if summary and parts["summary"] is None and packer.add("summary", summary_block):
         parts["summary"] = summary
     # 5. Graph facts about the chosen memories.
-    if entry is None:
-        memory_ids = list(recalled)
-        with unit_of_work(tenant_id, agent_id=request.agent_id) as session:
-            edges = facts_about(session=session, user_id=request.user_id, memory_ids=memory_ids)
-        facts = [
-            {"line": render_fact(e), "memory_id": str(e.memory_id) if e.memory_id else None}
-            for e in edges
-        ]
     seen_facts: set[str] = set()
     for fact in facts:
         line = f"- {fact['line']}"

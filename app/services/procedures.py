@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.config import Settings
 from app.db.session import unit_of_work
 from app.embedding.base import Embedder, EmbeddingDimensionError, Owner
@@ -212,6 +214,15 @@ def record(
         last_executed_at=row.last_executed_at,
         created_at=row.created_at,
         created=bool(row.inserted),
+    )
+
+
+def worth_asking(session: Session, user_id: str, settings: Settings) -> bool:
+    """Whether `suggest` could find anything for the user (a procedure trusted at the default
+    confidence), asked in the caller's transaction: a context block asks it beside its
+    other reads, and most users have no procedure to suggest."""
+    return repository.any_trusted(
+        session, user_id, min_confidence=settings.procedure_min_confidence
     )
 
 
