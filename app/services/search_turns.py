@@ -302,9 +302,10 @@ def _best(
     limit: int,
 ) -> list[tuple[float, uuid.UUID, str, dict[str, float]]]:
     """The best `limit` of the pool by relevance * prior, as (score, id, layer, parts); a
-    turn's prior is its memories' (importance, consolidation) with its own recency."""
+    turn's prior is its memories' (importance, consolidation) with its own recency. The
+    whole pool is scored, and only the `limit` returned get their parts written out."""
     weights = prior_weights(settings)
-    scored: list[tuple[float, uuid.UUID, str, dict[str, float]]] = []
+    scored: list[tuple[float, uuid.UUID, str, float, float, float, float | None]] = []
     for (layer, item_id), relevance in pool:
         if layer == "turn":
             occurred_at = times.get(item_id)
@@ -317,22 +318,26 @@ def _best(
             continue
         age_days = (now - occurred_at).total_seconds() / 86_400
         fresh = float(recency(age_days, settings.search_recency_half_life_days))
+        importance = max((m.importance for m in keys), default=None)
         prior = float(
             memory_prior(
-                importance=max((m.importance for m in keys), default=0.5),
+                importance=0.5 if importance is None else importance,
                 recency_score=fresh,
                 consolidation=max((m.consolidation_strength for m in keys), default=0.0),
                 weights=weights,
             )
         )
+        scored.append((relevance * prior, item_id, layer, relevance, prior, fresh, importance))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    best = []
+    for score, item_id, layer, relevance, prior, fresh, importance in scored[:limit]:
         parts = {
             **fused.parts.get(item_id, {}),
             "fused": round(relevance, 6),
             "prior": round(prior, 6),
             "recency": round(fresh, 6),
         }
-        if keys:
-            parts["importance"] = round(max(m.importance for m in keys), 6)
-        scored.append((relevance * prior, item_id, layer, parts))
-    scored.sort(key=lambda item: (-item[0], item[1]))
-    return scored[:limit]
+        if importance is not None:
+            parts["importance"] = round(importance, 6)
+        best.append((score, item_id, layer, parts))
+    return best
