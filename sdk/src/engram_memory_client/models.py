@@ -9,6 +9,7 @@ answers, never the other way round.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -59,14 +60,18 @@ class WireModel(BaseModel):
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
         """Drop nulls for fields that have a default, so the default applies."""
-        if not isinstance(data, dict):
-            return data
-        fields = cls.model_fields
+        if not isinstance(data, dict) or not any(value is None for value in data.values()):
+            return data  # a search's answer holds a hundred models: most have no null
+        defaulted = _defaulted(cls)
         return {
-            key: value
-            for key, value in data.items()
-            if value is not None or key not in fields or fields[key].is_required()
+            key: value for key, value in data.items() if value is not None or key not in defaulted
         }
+
+
+@functools.cache
+def _defaulted(model: type[BaseModel]) -> frozenset[str]:
+    """The fields of `model` that have a default (a null for them means that default)."""
+    return frozenset(name for name, f in model.model_fields.items() if not f.is_required())
 
 
 class EventsAccepted(WireModel):
