@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.db.remembered import keep, recall, remembered, scope_key
 from app.db.rows import fetch, fetch_value
-from app.scoring.retrieval import bm25, bm25_ceiling
+from app.scoring.retrieval import Bm25Query, bm25_ceiling
 
 MAX_QUERY_TERMS = 48
 # Positions labelled C are context a row borrows (a turn holds its neighbours' words so): each
@@ -203,14 +203,10 @@ def bm25_candidates(
     # The ceiling counts every query term, found or not: words of the query that no row holds
     # are part of what was asked, so a row matching one common word scores low.
     ceiling = bm25_ceiling(terms, df=df, n_docs=n_docs) or 1.0
+    scorer = Bm25Query.of(terms, df=df, n_docs=n_docs, avg_len=avg_len)
     return {
-        row.id: bm25(
-            terms,
-            dict(zip(row.lexemes or (), row.tfs or (), strict=True)),
-            df=df,
-            n_docs=n_docs,
-            avg_len=avg_len,
-            doc_len=float(row.doc_len or 0),
+        row.id: scorer.score(
+            dict(zip(row.lexemes or (), row.tfs or (), strict=True)), float(row.doc_len or 0)
         )
         / ceiling
         for row in rows

@@ -41,13 +41,45 @@ def bm25(
     """`doc` holds the document's terms and counts, the query's at least; `doc_len` its
     length when `doc` holds only those (the sum of `doc`'s counts otherwise)."""
     doc_len = sum(doc.values()) if doc_len is None else doc_len
-    norm = k1 * (1.0 - b + b * doc_len / max(avg_len, 1.0))
-    score = 0.0
-    for term, query_tf in query.items():
-        tf = doc.get(term, 0)
-        if tf:
-            score += query_tf * idf(df.get(term, 1), n_docs) * tf * (k1 + 1.0) / (tf + norm)
-    return score
+    scorer = Bm25Query.of(query, df=df, n_docs=n_docs, avg_len=avg_len, k1=k1, b=b)
+    return scorer.score(doc, doc_len)
+
+
+@dataclass(frozen=True)
+class Bm25Query:
+    """A query's terms with their weights (count in the query times idf), worked out once for
+    the hundreds of rows a search scores."""
+
+    weights: dict[str, float]
+    avg_len: float
+    k1: float = BM25_K1
+    b: float = BM25_B
+
+    @classmethod
+    def of(
+        cls,
+        query: Mapping[str, int],
+        *,
+        df: Mapping[str, int],
+        n_docs: int,
+        avg_len: float,
+        k1: float = BM25_K1,
+        b: float = BM25_B,
+    ) -> Bm25Query:
+        weights = {term: qtf * idf(df.get(term, 1), n_docs) for term, qtf in query.items()}
+        return cls(weights, avg_len, k1, b)
+
+    def score(self, doc: Mapping[str, float], doc_len: float) -> float:
+        """BM25 of a document holding `doc`'s counts (the query's terms at least), of length
+        `doc_len`."""
+        k1 = self.k1
+        norm = k1 * (1.0 - self.b + self.b * doc_len / max(self.avg_len, 1.0))
+        score = 0.0
+        for term, weight in self.weights.items():
+            tf = doc.get(term, 0)
+            if tf:
+                score += weight * tf * (k1 + 1.0) / (tf + norm)
+        return score
 
 
 def bm25_ceiling(
