@@ -79,8 +79,9 @@ class KeyCache:
     def fresh(self, key: str) -> str | Unanswered | None:
         """The key's tenant (None: unknown or revoked) while a fresh answer is held, else
         UNANSWERED: no I/O, so the event loop may ask it before `get` is needed."""
-        with self._lock:
-            entry = self._entries.get(key_digest(key))
+        # Read without the lock, which writers hold through an eviction's sort: one dict
+        # read is atomic, and the event loop must not wait on a flood of unknown keys.
+        entry = self._entries.get(key_digest(key))
         if entry is not None and entry.fresh_until > self._clock():
             return entry.tenant
         return UNANSWERED

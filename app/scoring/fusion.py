@@ -90,6 +90,8 @@ def fuse_turns(
                 cited = list(dict.fromkeys(cited))
                 preferred = sorted(range(len(cited)), key=lambda i: (-direct.get(cited[i], 0.0), i))
                 cited = [cited[i] for i in preferred[:turns_per_memory]]
+            else:
+                cited = cited[:turns_per_memory]
             shown = round(score, 6)
             for turn in cited:
                 lent = via.setdefault(turn, [])

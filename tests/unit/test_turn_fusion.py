@@ -61,6 +61,17 @@ def test_a_memory_lends_its_rank_to_its_best_cited_turns_only() -> None:
     assert "t0" not in fused.turns and "t2" not in fused.turns
 
 
+def test_a_memory_citing_one_turn_twice_lends_it_one_vote_within_the_cap() -> None:
+    memory = Leg("memory_lexical", {"m": 1.0, "n": 0.5})
+    sources = {"m": ["t1", "t1"], "n": ["t2"]}
+    fused = fuse_turns([], [memory], sources, k=60, turns_per_memory=1)
+    assert fused.turns == {"t1": 1.0 / 61, "t2": 1.0 / 62 * 0.5}
+    assert fused.via == {"t1": ["m"], "t2": ["n"]}
+    # No turn may be lent to: the fast path for one cited turn honours the cap as well.
+    none = fuse_turns([], [memory], sources, k=60, turns_per_memory=0)
+    assert none.turns == {} and none.via == {}
+
+
 def test_a_memory_citing_no_turn_stands_for_itself() -> None:
     fused = fuse_turns([], [Leg("memory_dense", {"told": 0.9})], {}, k=60, turns_per_memory=3)
     assert fused.memories == {"told": 1.0 / 61} and fused.turns == {}
